@@ -1,0 +1,178 @@
+import { createHash } from "node:crypto";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import * as pulumi from "@pulumi/pulumi";
+import * as YAML from "yaml";
+import { PROJECT, readStackFile } from "../components/config/load";
+import type { StackConfig } from "../components/config/schema";
+
+/**
+ * Runs the real airlock program offline: Pulumi's mock monitor stands in for the
+ * engine and the providers, in preview mode, so values that only a cloud API
+ * knows (ids, the tailnet key) are unknown exactly as in `pulumi preview`.
+ */
+
+/** How `pulumi preview --json` spells a value it does not know yet. */
+export const UNKNOWN = pulumi.runtime.unknownValue;
+/** How `pulumi preview --json` shows a secret. */
+export const SECRET = "[secret]";
+
+export interface PlannedResource {
+    urn: string;
+    type: string;
+    name: string;
+    parent?: string;
+    custom: boolean;
+    inputs: Record<string, unknown>;
+}
+
+export interface StackPlan {
+    stack: string;
+    stackFile: string;
+    config: StackConfig;
+    resources: PlannedResource[];
+}
+
+/** Outputs only a provider computes; unknown at preview, as in a real preview. */
+const COMPUTED_AT_DEPLOY: Record<string, string[]> = {
+    "tailscale:index/tailnetKey:TailnetKey": ["key", "id", "createdAt", "expiresAt", "invalid"],
+    "hcloud:index/server:Server": ["ipv4Address", "ipv6Address", "ipv6Network", "status"],
+};
+
+export function stackFilePath(stacksDir: string, stack: string): string {
+    return path.join(stacksDir, `Pulumi.${stack}.yaml`);
+}
+
+/** `stacks/Pulumi.<name>.yaml` -> `<name>`, for every stack in the folder, sorted. */
+export function listStacks(stacksDir: string): string[] {
+    return fs
+        .readdirSync(stacksDir)
+        .map((file) => /^Pulumi\.(.+)\.yaml$/.exec(file)?.[1])
+        .filter((name): name is string => name !== undefined)
+        .sort();
+}
+
+// Pulumi's runtime state is process-global: plans run one after another.
+let queue: Promise<unknown> = Promise.resolve();
+
+export interface PlanOptions {
+    /**
+     * "preview" (default): a first `pulumi preview`, ids and computed outputs unknown.
+     * "up": values resolved as during `pulumi up`, with `deployed` supplying what a
+     * provider would compute (the tailnet key, for instance).
+     */
+    mode?: "preview" | "up";
+    deployed?: (type: string, name: string) => Record<string, unknown>;
+}
+
+export function planStack(stackFile: string, stack: string, options: PlanOptions = {}): Promise<StackPlan> {
+    const run = queue.then(() => planStackNow(stackFile, stack, options));
+    queue = run.catch(() => undefined);
+    return run;
+}
+
+async function planStackNow(stackFile: string, stack: string, options: PlanOptions): Promise<StackPlan> {
+    const preview = (options.mode ?? "preview") === "preview";
+    // Validate first so bad input names the file the user edited.
+    const config = readStackFile(stackFile);
+    const raw = YAML.parse(fs.readFileSync(stackFile, "utf8")) as { config: Record<string, unknown> };
+
+    const resources: PlannedResource[] = [];
+    await pulumi.runtime.setMocks(
+        {
+            newResource: (args) =>
+                preview
+                    ? // As in a real preview of a new stack: no ids yet, computed outputs unknown.
+                      { id: undefined, state: unknownComputed(args.type, args.inputs) }
+                    : {
+                          id: deterministicId(args.type, args.name),
+                          state: { ...args.inputs, ...options.deployed?.(args.type, args.name) },
+                      },
+            call: (args) => args.inputs,
+        },
+        PROJECT,
+        stack,
+        preview,
+    );
+    pulumi.runtime.setAllConfig(pulumiConfigOf(raw.config));
+    recordRegistrations(resources);
+
+    // Loaded lazily so the program module is the one Pulumi itself would run.
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const program = require("../index") as () => Promise<Record<string, unknown>>;
+    await pulumi.runtime.runInPulumiStack(program);
+    await waitForRegistrations();
+
+    resources.sort((a, b) => (a.urn < b.urn ? -1 : a.urn > b.urn ? 1 : 0));
+    return { stack, stackFile, config, resources };
+}
+
+/** Pulumi keeps config values as strings; structured ones as JSON. */
+function pulumiConfigOf(config: Record<string, unknown>): Record<string, string> {
+    const out: Record<string, string> = {};
+    for (const [key, value] of Object.entries(config ?? {})) {
+        out[key] = typeof value === "string" ? value : JSON.stringify(value);
+    }
+    return out;
+}
+
+/** hcloud ids are numbers; derive them from the name so runs are reproducible. */
+function deterministicId(type: string, name: string): string {
+    return String(parseInt(createHash("sha256").update(`${type}::${name}`).digest("hex").slice(0, 8), 16));
+}
+
+function unknownComputed(type: string, inputs: Record<string, unknown>): Record<string, unknown> {
+    const state: Record<string, unknown> = { ...inputs };
+    for (const key of COMPUTED_AT_DEPLOY[type] ?? []) state[key] = UNKNOWN;
+    return state;
+}
+
+interface RegisterRequest {
+    getType(): string;
+    getName(): string;
+    getParent(): string;
+    getCustom(): boolean;
+    getObject(): { toJavaScript(): Record<string, unknown> } | undefined;
+}
+
+/** Wraps the mock monitor to see what the engine would: urn, parent and raw inputs. */
+function recordRegistrations(into: PlannedResource[]): void {
+    const monitor = pulumi.runtime.getMonitor() as unknown as {
+        registerResource(req: RegisterRequest, cb: (err: unknown, res?: { getUrn(): string }) => void): Promise<void>;
+    };
+    const original = monitor.registerResource.bind(monitor);
+    monitor.registerResource = (req, callback) =>
+        original(req, (err, response) => {
+            if (!err && response) {
+                const parent = req.getParent();
+                into.push({
+                    urn: response.getUrn(),
+                    type: req.getType(),
+                    name: req.getName(),
+                    ...(parent ? { parent } : {}),
+                    custom: req.getCustom(),
+                    inputs: asPreviewValue(req.getObject()?.toJavaScript() ?? {}) as Record<string, unknown>,
+                });
+            }
+            callback(err, response);
+        });
+}
+
+/** Serialized property values -> what `pulumi preview --json` prints. */
+function asPreviewValue(value: unknown): unknown {
+    if (Array.isArray(value)) return value.map(asPreviewValue);
+    if (value !== null && typeof value === "object") {
+        const obj = value as Record<string, unknown>;
+        if (obj[pulumi.runtime.specialSigKey] === pulumi.runtime.specialSecretSig) return SECRET;
+        const out: Record<string, unknown> = {};
+        for (const key of Object.keys(obj)) out[key] = asPreviewValue(obj[key]);
+        return out;
+    }
+    return value;
+}
+
+async function waitForRegistrations(): Promise<void> {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const settings = require("@pulumi/pulumi/runtime/settings") as { waitForRPCs(): Promise<void> };
+    await settings.waitForRPCs();
+}

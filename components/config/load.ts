@@ -1,0 +1,100 @@
+import * as fs from "node:fs";
+import * as YAML from "yaml";
+import type { z } from "zod";
+import { StackConfig, stackConfigSchema } from "./schema";
+
+/** The Pulumi project name, and so the namespace of every config key airlock reads. */
+export const PROJECT = "airlock";
+
+/** Bad input: one line per problem, each naming the file and the key path. */
+export class ConfigError extends Error {
+    constructor(readonly problems: string[]) {
+        super(problems.join("\n"));
+        this.name = "ConfigError";
+    }
+}
+
+/** Validates raw `airlock:*` values (namespace stripped) and applies every default. */
+export function parseStackConfig(values: Record<string, unknown>, source: string): StackConfig {
+    const result = stackConfigSchema.safeParse(values);
+    if (result.success) return result.data;
+    throw new ConfigError(result.error.issues.map((issue) => `${source}: ${keyPath(issue.path)}: ${describe(issue)}`));
+}
+
+/** Reads `stacks/Pulumi.<stack>.yaml` the way Pulumi does and validates its `airlock:*` keys. */
+export function readStackFile(file: string): StackConfig {
+    let text: string;
+    try {
+        text = fs.readFileSync(file, "utf8");
+    } catch (err) {
+        throw new ConfigError([`${file}: cannot read: ${(err as NodeJS.ErrnoException).code ?? String(err)}`]);
+    }
+    const doc = YAML.parseDocument(text, { prettyErrors: false });
+    if (doc.errors.length > 0) {
+        throw new ConfigError(doc.errors.map((e) => `${file}: line ${e.linePos?.[0].line ?? "?"}: ${firstLine(e.message)}`));
+    }
+    const root = doc.toJS() as unknown;
+    const config = (root as { config?: unknown } | null)?.config;
+    if (config === undefined || config === null || typeof config !== "object" || Array.isArray(config)) {
+        throw new ConfigError([`${file}: config: expected a mapping of ${PROJECT}:* keys`]);
+    }
+    return parseStackConfig(ownKeys(config as Record<string, unknown>), file);
+}
+
+/**
+ * The same validation inside a real `pulumi up`/`preview`: Pulumi hands structured
+ * values over as JSON strings, so decode those first.
+ */
+export function configFromPulumiRuntime(all: Record<string, string>, stack: string): StackConfig {
+    const values: Record<string, unknown> = {};
+    for (const [key, raw] of Object.entries(all)) {
+        values[key] = decodeConfigValue(raw);
+    }
+    return parseStackConfig(ownKeys(values), `stacks/Pulumi.${stack}.yaml`);
+}
+
+/** Keeps `airlock:*` keys, without the namespace; other providers' keys are theirs. */
+function ownKeys(config: Record<string, unknown>): Record<string, unknown> {
+    const own: Record<string, unknown> = {};
+    for (const [key, value] of Object.entries(config)) {
+        if (key.startsWith(`${PROJECT}:`)) own[key.slice(PROJECT.length + 1)] = value;
+    }
+    return own;
+}
+
+function decodeConfigValue(raw: string): unknown {
+    const trimmed = raw.trim();
+    if (/^[[{]/.test(trimmed) || trimmed === "true" || trimmed === "false" || /^-?\d+(\.\d+)?$/.test(trimmed)) {
+        try {
+            return JSON.parse(trimmed);
+        } catch {
+            return raw;
+        }
+    }
+    return raw;
+}
+
+/** `["gateway", "adminSshKeys", 0]` -> `airlock:gateway.adminSshKeys[0]`. */
+export function keyPath(path: readonly PropertyKey[]): string {
+    if (path.length === 0) return `${PROJECT}:*`;
+    let out = `${PROJECT}:${String(path[0])}`;
+    for (const part of path.slice(1)) out += typeof part === "number" ? `[${part}]` : `.${String(part)}`;
+    return out;
+}
+
+function describe(issue: z.core.$ZodIssue): string {
+    switch (issue.code) {
+        case "invalid_value":
+            return `expected one of ${issue.values.map(String).join(", ")}`;
+        case "unrecognized_keys":
+            return `unknown key${issue.keys.length > 1 ? "s" : ""} ${issue.keys.join(", ")}`;
+        case "invalid_type":
+            return issue.input === undefined ? `required (${issue.expected})` : `expected ${issue.expected}`;
+        default:
+            return firstLine(issue.message);
+    }
+}
+
+function firstLine(message: string): string {
+    return message.split("\n")[0].trim();
+}

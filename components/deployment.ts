@@ -1,0 +1,64 @@
+import * as hcloud from "@pulumi/hcloud";
+import * as pulumi from "@pulumi/pulumi";
+import type { StackConfig } from "./config/schema";
+import { GatewayHost } from "./gatewayHost";
+import { SandboxHost } from "./sandboxHost";
+import { Tailnet } from "./tailnet";
+
+export interface DeploymentArgs {
+    config: StackConfig;
+}
+
+/** One airlock environment: a gateway and a sandbox on a private tailnet. */
+export class Deployment extends pulumi.ComponentResource {
+    readonly tailnet: Tailnet;
+    readonly gateway: GatewayHost;
+    readonly sandbox: SandboxHost;
+
+    constructor(name: string, args: DeploymentArgs, opts?: pulumi.ComponentResourceOptions) {
+        super("airlock:index:Deployment", name, {}, opts);
+        const cfg = args.config;
+
+        const breakGlass = new hcloud.SshKey(
+            `${name}-break-glass`,
+            { name: `${cfg.prefix}-break-glass`, publicKey: cfg.breakGlassSshPublicKey, labels: { airlock: cfg.prefix } },
+            { parent: this },
+        );
+
+        this.tailnet = new Tailnet(
+            `${name}-tailnet`,
+            {
+                gatewayTag: cfg.tailnet.gatewayTag,
+                sandboxTag: cfg.tailnet.sandboxTag,
+                tagOwners: cfg.tailnet.tagOwners,
+                manageAcl: cfg.tailnet.manageAcl,
+                keyExpirySeconds: cfg.tailnet.keyExpirySeconds,
+            },
+            { parent: this },
+        );
+
+        const common = { prefix: cfg.prefix, tailnet: this.tailnet, breakGlassSshKeyId: breakGlass.id, config: cfg };
+        this.gateway = new GatewayHost(
+            `${name}-gateway`,
+            { ...common, server: cfg.gateway, tailnetTag: cfg.tailnet.gatewayTag },
+            { parent: this },
+        );
+        this.sandbox = new SandboxHost(
+            `${name}-sandbox`,
+            {
+                ...common,
+                server: cfg.sandbox,
+                tailnetTag: cfg.tailnet.sandboxTag,
+                workspaceVolumeGb: cfg.sandbox.workspaceVolumeGb,
+                protectWorkspace: cfg.sandbox.protectWorkspace,
+            },
+            { parent: this },
+        );
+
+        this.registerOutputs({
+            gatewayHostname: this.gateway.hostname,
+            sandboxHostname: this.sandbox.hostname,
+            tailnetPolicy: this.tailnet.policyText,
+        });
+    }
+}

@@ -1,0 +1,99 @@
+import * as hcloud from "@pulumi/hcloud";
+import * as pulumi from "@pulumi/pulumi";
+import type * as tailscale from "@pulumi/tailscale";
+import { Artifacts, artifactStash } from "./artifacts";
+import { HostRole, RenderedHost, withTailnetKey } from "./render/hosts";
+import type { Tailnet } from "./tailnet";
+
+/** What a host needs from the stack config, whichever role it plays. */
+export interface HostServerArgs {
+    serverType: string;
+    location: string;
+    image: string;
+    protect: boolean;
+}
+
+/** Arguments shared by GatewayHost and SandboxHost. */
+export interface HostArgs {
+    prefix: string;
+    server: HostServerArgs;
+    tailnet: Tailnet;
+    tailnetTag: string;
+    /** The hcloud SSH key used only through Hetzner's rescue system. */
+    breakGlassSshKeyId: pulumi.Input<string>;
+}
+
+/** The one inbound port a host opens to the internet: Tailscale's direct (peer-to-peer) UDP. */
+export const TAILSCALE_DIRECT_PORT = "41641";
+const ANYWHERE = ["0.0.0.0/0", "::/0"];
+
+/**
+ * Inbound rules for every host: Tailscale direct connections and ICMP, and no TCP
+ * at all. Everything else reaches a host over the tailnet, which this firewall
+ * never sees (it is encrypted inside the UDP flow).
+ */
+export function hostFirewallRules(): hcloud.types.input.FirewallRule[] {
+    return [
+        { direction: "in", protocol: "udp", port: TAILSCALE_DIRECT_PORT, sourceIps: ANYWHERE, description: "Tailscale direct connections" },
+        { direction: "in", protocol: "icmp", sourceIps: ANYWHERE, description: "ICMP (path MTU discovery, ping)" },
+    ];
+}
+
+export interface HostResources {
+    firewall: hcloud.Firewall;
+    joinKey: tailscale.TailnetKey;
+    server: hcloud.Server;
+}
+
+/**
+ * Firewall, join key, rendered artifacts and server for one host. The server is
+ * created with its firewall attached (never a moment without it), and names and
+ * labels are fixed so a firewall is never renamed (renaming has dropped rules).
+ */
+export function provisionHost(
+    parent: pulumi.ComponentResource,
+    name: string,
+    role: HostRole,
+    args: HostArgs,
+    rendered: RenderedHost,
+): HostResources {
+    const labels = { airlock: args.prefix, "airlock-role": role };
+
+    const firewall = new hcloud.Firewall(
+        `${name}-firewall`,
+        { name: `${rendered.hostname}-firewall`, labels, rules: hostFirewallRules() },
+        { parent },
+    );
+
+    const joinKey = args.tailnet.joinKey(
+        `${name}-join-key`,
+        { tag: args.tailnetTag, ephemeral: role === "sandbox", description: `airlock ${rendered.hostname}` },
+        parent,
+    );
+
+    const artifacts: Artifacts = { "cloud-init.yaml": rendered.cloudInit };
+    for (const file of rendered.files) artifacts[file.path.replace(/^\//, "")] = file.content;
+    artifactStash(`${name}-artifacts`, artifacts, parent);
+
+    const server = new hcloud.Server(
+        `${name}-server`,
+        {
+            name: rendered.hostname,
+            serverType: args.server.serverType,
+            image: args.server.image,
+            location: args.server.location,
+            labels,
+            firewallIds: [firewall.id.apply(Number)],
+            // An SSH key also stops Hetzner from e-mailing a root password.
+            sshKeys: [args.breakGlassSshKeyId],
+            publicNets: [{ ipv4Enabled: true, ipv6Enabled: true }],
+            userData: joinKey.key.apply((key) => withTailnetKey(rendered.cloudInit, key)),
+            deleteProtection: args.server.protect,
+            rebuildProtection: args.server.protect,
+        },
+        // hcloud server names are unique: the old server must go before its replacement.
+        { parent, deleteBeforeReplace: true, protect: args.server.protect },
+    );
+
+    return { firewall, joinKey, server };
+}

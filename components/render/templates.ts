@@ -1,0 +1,34 @@
+import * as fs from "node:fs";
+import * as path from "node:path";
+
+/** The real files everything is rendered from; see templates/README.md. */
+export const TEMPLATES_DIR = path.resolve(__dirname, "..", "..", "templates");
+
+const cache = new Map<string, string>();
+
+function readTemplate(relativePath: string): string {
+    let text = cache.get(relativePath);
+    if (text === undefined) {
+        text = fs.readFileSync(path.join(TEMPLATES_DIR, relativePath), "utf8");
+        cache.set(relativePath, text);
+    }
+    return text;
+}
+
+/**
+ * Fills `{{name}}` placeholders. Both a placeholder without a value and a value
+ * without a placeholder are errors, so a template and its caller cannot drift apart.
+ * (`@NAME@` placeholders are left alone: those are filled at deploy or boot time.)
+ */
+export function renderTemplate(relativePath: string, vars: Record<string, string>): string {
+    const used = new Set<string>();
+    const text = readTemplate(relativePath).replace(/\{\{(\w+)\}\}/g, (_, name: string) => {
+        const value = vars[name];
+        if (value === undefined) throw new Error(`templates/${relativePath}: no value for {{${name}}}`);
+        used.add(name);
+        return value;
+    });
+    const unused = Object.keys(vars).filter((name) => !used.has(name));
+    if (unused.length > 0) throw new Error(`templates/${relativePath}: no placeholder for ${unused.join(", ")}`);
+    return text;
+}

@@ -1,0 +1,51 @@
+import * as hcloud from "@pulumi/hcloud";
+import * as pulumi from "@pulumi/pulumi";
+import type { StackConfig } from "./config/schema";
+import { HostArgs, provisionHost } from "./host";
+import { renderSandbox } from "./render/hosts";
+
+export interface SandboxHostArgs extends HostArgs {
+    config: StackConfig;
+    workspaceVolumeGb: number;
+    protectWorkspace: boolean;
+}
+
+/**
+ * The agent's "hands": every command runs here, in a container, behind sshd's
+ * ForceCommand. The server is cattle; /workspace lives on a Volume that survives it.
+ */
+export class SandboxHost extends pulumi.ComponentResource {
+    readonly serverId: pulumi.Output<string>;
+    readonly workspaceVolumeId: pulumi.Output<string>;
+    readonly hostname: string;
+
+    constructor(name: string, args: SandboxHostArgs, opts?: pulumi.ComponentResourceOptions) {
+        super("airlock:index:SandboxHost", name, {}, opts);
+        const rendered = renderSandbox(args.config);
+        const { server } = provisionHost(this, name, "sandbox", args, rendered);
+
+        const workspace = new hcloud.Volume(
+            `${name}-workspace`,
+            {
+                name: `${rendered.hostname}-workspace`,
+                size: args.workspaceVolumeGb,
+                location: args.server.location,
+                format: "ext4",
+                labels: { airlock: args.prefix, "airlock-role": "workspace" },
+                deleteProtection: args.protectWorkspace,
+            },
+            { parent: this, protect: args.protectWorkspace },
+        );
+        // Mounted by airlock-mount-workspace at boot, not by Hetzner's automount.
+        new hcloud.VolumeAttachment(
+            `${name}-workspace-attachment`,
+            { serverId: server.id.apply(Number), volumeId: workspace.id.apply(Number), automount: false },
+            { parent: this },
+        );
+
+        this.hostname = rendered.hostname;
+        this.serverId = server.id;
+        this.workspaceVolumeId = workspace.id;
+        this.registerOutputs({ serverId: this.serverId, workspaceVolumeId: this.workspaceVolumeId, hostname: this.hostname });
+    }
+}

@@ -1,0 +1,28 @@
+import * as pulumi from "@pulumi/pulumi";
+import { configFromPulumiRuntime, ConfigError } from "./components/config/load";
+import { Deployment } from "./components/deployment";
+
+/**
+ * The airlock program: stack config (validated by one zod schema) -> one Deployment.
+ * Exported as a function so Pulumi runs it, and `airlock plan` runs the very same
+ * code under mocks, once per stack, in one process.
+ */
+export = async () => {
+    let config;
+    try {
+        config = configFromPulumiRuntime(pulumi.runtime.allConfig(), pulumi.getStack());
+    } catch (err) {
+        // One line per problem, no stack trace.
+        if (err instanceof ConfigError) throw new pulumi.RunError(err.message);
+        throw err;
+    }
+    const deployment = new Deployment(config.prefix, { config });
+    return {
+        gatewayHostname: deployment.gateway.hostname,
+        sandboxHostname: deployment.sandbox.hostname,
+        gatewayTag: config.tailnet.gatewayTag,
+        sandboxTag: config.tailnet.sandboxTag,
+        // Merge this into the tailnet policy file when airlock:tailnet.manageAcl is false.
+        tailnetPolicy: deployment.tailnet.policyText,
+    };
+};
