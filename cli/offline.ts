@@ -19,6 +19,8 @@ export const SECRET = "[secret]";
 
 export interface PlannedResource {
     urn: string;
+    /** Empty at preview, as for any resource not created yet. */
+    id: string;
     type: string;
     name: string;
     parent?: string;
@@ -97,10 +99,9 @@ async function planStackNow(stackFile: string, stack: string, options: PlanOptio
     pulumi.runtime.setAllConfig(pulumiConfigOf(raw.config));
     recordRegistrations(resources);
 
-    // Loaded lazily so the program module is the one Pulumi itself would run.
-    // eslint-disable-next-line @typescript-eslint/no-require-imports
-    const program = require("../index") as () => Promise<Record<string, unknown>>;
-    await pulumi.runtime.runInPulumiStack(program);
+    // The very module Pulumi runs, loaded lazily after the mocks are in place.
+    const loaded = (await import("../index")) as unknown as { default?: Program } & Program;
+    await pulumi.runtime.runInPulumiStack(loaded.default ?? loaded);
     await waitForRegistrations();
 
     resources.sort((a, b) => (a.urn < b.urn ? -1 : a.urn > b.urn ? 1 : 0));
@@ -127,6 +128,8 @@ function unknownComputed(type: string, inputs: Record<string, unknown>): Record<
     return state;
 }
 
+type Program = () => Promise<Record<string, unknown>>;
+
 interface RegisterRequest {
     getType(): string;
     getName(): string;
@@ -138,7 +141,7 @@ interface RegisterRequest {
 /** Wraps the mock monitor to see what the engine would: urn, parent and raw inputs. */
 function recordRegistrations(into: PlannedResource[]): void {
     const monitor = pulumi.runtime.getMonitor() as unknown as {
-        registerResource(req: RegisterRequest, cb: (err: unknown, res?: { getUrn(): string }) => void): Promise<void>;
+        registerResource(req: RegisterRequest, cb: (err: unknown, res?: { getUrn(): string; getId(): string }) => void): Promise<void>;
     };
     const original = monitor.registerResource.bind(monitor);
     monitor.registerResource = (req, callback) =>
@@ -147,6 +150,7 @@ function recordRegistrations(into: PlannedResource[]): void {
                 const parent = req.getParent();
                 into.push({
                     urn: response.getUrn(),
+                    id: response.getId(),
                     type: req.getType(),
                     name: req.getName(),
                     ...(parent ? { parent } : {}),

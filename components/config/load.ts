@@ -29,9 +29,11 @@ export function readStackFile(file: string): StackConfig {
     } catch (err) {
         throw new ConfigError([`${file}: cannot read: ${(err as NodeJS.ErrnoException).code ?? String(err)}`]);
     }
-    const doc = YAML.parseDocument(text, { prettyErrors: false });
+    const doc = YAML.parseDocument(text);
     if (doc.errors.length > 0) {
-        throw new ConfigError(doc.errors.map((e) => `${file}: line ${e.linePos?.[0].line ?? "?"}: ${firstLine(e.message)}`));
+        throw new ConfigError(
+            doc.errors.map((e) => `${file}: line ${e.linePos?.[0].line ?? "?"}: ${firstLine(e.message).replace(/ at line \d+, column \d+:?$/, "")}`),
+        );
     }
     const root = doc.toJS() as unknown;
     const config = (root as { config?: unknown } | null)?.config;

@@ -1,0 +1,185 @@
+import * as fs from "node:fs";
+import * as path from "node:path";
+import * as YAML from "yaml";
+import { describe, expect, it } from "vitest";
+import { writePlan } from "../cli/plan";
+import { artifactsOf } from "../components/artifacts";
+import { TAILNET_AUTH_KEY_PATH } from "../components/render/hosts";
+import { editedStack, fakeTailnetKey, planShipped, resourceNamed, resourcesOfType, SHIPPED_STACKS, tempDir, deployedValues } from "./helpers/stacks";
+import { planStack, UNKNOWN } from "../cli/offline";
+
+const T = {
+    stack: "pulumi:pulumi:Stack",
+    deployment: "airlock:index:Deployment",
+    gateway: "airlock:index:GatewayHost",
+    sandbox: "airlock:index:SandboxHost",
+    tailnet: "airlock:index:Tailnet",
+    sshKey: "hcloud:index/sshKey:SshKey",
+    firewall: "hcloud:index/firewall:Firewall",
+    server: "hcloud:index/server:Server",
+    volume: "hcloud:index/volume:Volume",
+    attachment: "hcloud:index/volumeAttachment:VolumeAttachment",
+    key: "tailscale:index/tailnetKey:TailnetKey",
+    acl: "tailscale:index/acl:Acl",
+    stash: "pulumi:index:Stash",
+};
+
+describe.each(SHIPPED_STACKS)("the %s stack under mocks", (stack) => {
+    it("builds the resource graph: one component per concept, children parented to it", async () => {
+        const plan = await planShipped(stack);
+        const p = plan.config.prefix;
+        const parentOf = (type: string, name: string) => {
+            const parent = plan.resources.find((r) => r.urn === resourceNamed(plan, type, name).parent);
+            return parent ? `${parent.type} ${parent.name}` : "none";
+        };
+        const expected: [string, string, string][] = [
+            [T.deployment, p, `${T.stack} airlock-${stack}`],
+            [T.sshKey, `${p}-break-glass`, `${T.deployment} ${p}`],
+            [T.tailnet, `${p}-tailnet`, `${T.deployment} ${p}`],
+            [T.stash, `${p}-tailnet-artifacts`, `${T.tailnet} ${p}-tailnet`],
+            [T.gateway, `${p}-gateway`, `${T.deployment} ${p}`],
+            [T.sandbox, `${p}-sandbox`, `${T.deployment} ${p}`],
+            [T.volume, `${p}-sandbox-workspace`, `${T.sandbox} ${p}-sandbox`],
+            [T.attachment, `${p}-sandbox-workspace-attachment`, `${T.sandbox} ${p}-sandbox`],
+        ];
+        for (const role of ["gateway", "sandbox"] as const) {
+            for (const [type, suffix] of [[T.firewall, "firewall"], [T.server, "server"], [T.key, "join-key"], [T.stash, "artifacts"]]) {
+                expected.push([type, `${p}-${role}-${suffix}`, `${T[role]} ${p}-${role}`]);
+            }
+        }
+        if (plan.config.tailnet.manageAcl) expected.push([T.acl, `${p}-tailnet-policy`, `${T.tailnet} ${p}-tailnet`]);
+
+        for (const [type, name, parent] of expected) expect(parentOf(type, name), `${type} ${name}`).toBe(parent);
+        // Nothing beyond the graph above and the stack itself.
+        expect(plan.resources).toHaveLength(expected.length + 1);
+    });
+
+    it("firewalls open no inbound TCP: only Tailscale's UDP port and ICMP", async () => {
+        const plan = await planShipped(stack);
+        const firewalls = resourcesOfType(plan, T.firewall);
+        expect(firewalls).toHaveLength(2);
+        for (const fw of firewalls) {
+            const inbound = (fw.inputs.rules as { direction: string; protocol: string; port?: string }[]).filter((r) => r.direction === "in");
+            expect(inbound.filter((r) => r.protocol === "tcp")).toEqual([]);
+            expect(inbound.map((r) => `${r.protocol}/${r.port ?? "-"}`).sort()).toEqual(["icmp/-", "udp/41641"]);
+        }
+    });
+
+    it("every server is created with its own firewall attached and fixed, stable names", async () => {
+        const plan = await planShipped(stack, "up");
+        for (const role of ["gateway", "sandbox"]) {
+            const server = resourceNamed(plan, T.server, `${plan.config.prefix}-${role}-server`);
+            const firewall = resourceNamed(plan, T.firewall, `${plan.config.prefix}-${role}-firewall`);
+            expect(server.inputs.firewallIds).toEqual([Number(firewall.id)]);
+            expect(firewall.inputs.name).toBe(`${plan.config.prefix}-${role}-firewall`);
+            expect(server.inputs.name).toBe(`${plan.config.prefix}-${role}`);
+        }
+    });
+
+    it("join keys are single-use, pre-authorized, tagged, short-lived; the sandbox's is ephemeral", async () => {
+        const plan = await planShipped(stack);
+        const cfg = plan.config;
+        const gw = resourceNamed(plan, T.key, `${cfg.prefix}-gateway-join-key`).inputs;
+        const sb = resourceNamed(plan, T.key, `${cfg.prefix}-sandbox-join-key`).inputs;
+        for (const key of [gw, sb]) {
+            expect(key.reusable).toBe(false);
+            expect(key.preauthorized).toBe(true);
+            expect(key.expiry).toBe(cfg.tailnet.keyExpirySeconds);
+            expect(key.expiry).toBeLessThanOrEqual(86400);
+        }
+        expect(gw.tags).toEqual([cfg.tailnet.gatewayTag]);
+        expect(sb.tags).toEqual([cfg.tailnet.sandboxTag]);
+        expect(sb.ephemeral).toBe(true);
+    });
+
+    it("the tailnet policy grants exactly gateway->sandbox ssh+CDP and sandbox->gateway DNS, with tests", async () => {
+        const plan = await planShipped(stack);
+        const { gatewayTag: gw, sandboxTag: sb } = plan.config.tailnet;
+        const text = artifactsOf(resourceNamed(plan, T.stash, `${plan.config.prefix}-tailnet-artifacts`).inputs)!["policy.hujson"];
+        const policy = JSON.parse(text);
+        expect(policy.grants).toEqual([
+            { src: [gw], dst: [sb], ip: ["tcp:22", "tcp:9222"] },
+            { src: [sb], dst: [gw], ip: ["udp:53", "tcp:53"] },
+        ]);
+        expect(policy.acls).toBeUndefined();
+        expect(policy.ssh).toBeUndefined();
+        const accepts = policy.tests.flatMap((t: any) => (t.accept ?? []).map((a: string) => `${t.src}->${a}`));
+        const denies = policy.tests.flatMap((t: any) => (t.deny ?? []).map((a: string) => `${t.src}->${a}`));
+        expect(accepts).toContain(`${gw}->${sb}:22`);
+        expect(denies).toEqual(expect.arrayContaining([`${sb}->${gw}:22`, `${sb}->${sb}:22`]));
+
+        const acls = resourcesOfType(plan, T.acl);
+        if (plan.config.tailnet.manageAcl) {
+            expect(acls).toHaveLength(1);
+            expect(acls[0].inputs.acl).toBe(text);
+            expect(acls[0].inputs.resetAclOnDestroy).toBe(false);
+        } else {
+            expect(acls).toEqual([]);
+        }
+    });
+
+    it("user_data at preview is unknown only because of the key; the rendered document is known", async () => {
+        const plan = await planShipped(stack);
+        for (const role of ["gateway", "sandbox"]) {
+            expect(resourceNamed(plan, T.server, `${plan.config.prefix}-${role}-server`).inputs.userData).toBe(UNKNOWN);
+            const artifacts = artifactsOf(resourceNamed(plan, T.stash, `${plan.config.prefix}-${role}-artifacts`).inputs)!;
+            expect(artifacts["cloud-init.yaml"]).toMatch(/^#cloud-config\n/);
+        }
+    });
+
+    it("user_data holds no secret but the single-use join key, once, in its own file", async () => {
+        const plan = await planShipped(stack, "up");
+        const key = fakeTailnetKey();
+        for (const role of ["gateway", "sandbox"]) {
+            const userData = String(resourceNamed(plan, T.server, `${plan.config.prefix}-${role}-server`).inputs.userData);
+            expect(userData.split(key)).toHaveLength(2);
+            const doc = YAML.parse(userData);
+            const keyFiles = doc.write_files.filter((f: any) => f.content.includes(key));
+            expect(keyFiles.map((f: any) => [f.path, f.permissions])).toEqual([[TAILNET_AUTH_KEY_PATH, "0600"]]);
+
+            const rest = YAML.stringify({ ...doc, write_files: doc.write_files.filter((f: any) => f.path !== TAILNET_AUTH_KEY_PATH) });
+            expect(rest).not.toMatch(/tskey-/);
+            expect(rest).not.toMatch(/-----BEGIN [A-Z ]*PRIVATE KEY-----/);
+            expect(rest).not.toMatch(/\b(ghp|gho|ghs|ghu|github_pat)_[A-Za-z0-9_]{10,}/);
+            expect(rest).not.toMatch(/\b(K0|K00)[0-9A-Za-z]{20,}/); // B2 application keys
+            expect(doc.ssh_pwauth).toBe(false);
+            expect(userData).not.toMatch(/tailscale\s+up[^\n]*--ssh/);
+        }
+    });
+});
+
+describe("offline plan output", () => {
+    it("is deterministic: the same stack twice gives byte-identical files", async () => {
+        const dirs = [tempDir("plan-a"), tempDir("plan-b")].map((d) => path.join(d, "out"));
+        const files: string[][] = [];
+        for (const dir of dirs) files.push(writePlan(await planShipped("dev"), dir));
+        expect(files[0]).toEqual(files[1]);
+        expect(files[0]).toContain("preview.json");
+        expect(files[0]).toContain("sandbox/cloud-init.yaml");
+        expect(files[0]).toContain("tailnet/policy.hujson");
+        for (const file of files[0]) {
+            expect(fs.readFileSync(path.join(dirs[1], file)).equals(fs.readFileSync(path.join(dirs[0], file))), file).toBe(true);
+        }
+    });
+
+    it("preview.json has the shape of `pulumi preview --json`", async () => {
+        const dir = path.join(tempDir("plan"), "out");
+        writePlan(await planShipped("dev"), dir);
+        const preview = JSON.parse(fs.readFileSync(path.join(dir, "preview.json"), "utf8"));
+        expect(preview.steps.length).toBeGreaterThan(10);
+        for (const step of preview.steps) {
+            expect(step.op).toBe("create");
+            expect(step.newState.urn).toBe(step.urn);
+            expect(typeof step.newState.type).toBe("string");
+            expect(typeof step.newState.inputs).toBe("object");
+        }
+    });
+
+    it("a stack without manageAcl never touches the tailnet policy file", async () => {
+        const file = editedStack("dev", (c) => (c["airlock:tailnet"].manageAcl = false));
+        const plan = await planStack(file, "dev", { deployed: deployedValues });
+        expect(resourcesOfType(plan, T.acl)).toEqual([]);
+        const stashed = artifactsOf(resourceNamed(plan, T.stash, "airlock-dev-tailnet-artifacts").inputs)!;
+        expect(JSON.parse(stashed["policy.hujson"]).grants).toHaveLength(2);
+    });
+});

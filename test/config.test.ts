@@ -1,0 +1,117 @@
+import { spawnSync } from "node:child_process";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { describe, expect, it } from "vitest";
+import { ConfigError, configFromPulumiRuntime, readStackFile } from "../components/config/load";
+import { editedStack, REPO, SHIPPED_STACKS, stackFile, tempDir } from "./helpers/stacks";
+
+function problemsOf(file: string): string[] {
+    try {
+        readStackFile(file);
+    } catch (err) {
+        if (err instanceof ConfigError) return err.problems;
+        throw err;
+    }
+    throw new Error(`${file} was accepted`);
+}
+
+describe("stack config schema", () => {
+    it.each(SHIPPED_STACKS)("accepts the shipped %s stack and applies defaults", (stack) => {
+        const cfg = readStackFile(stackFile(stack));
+        expect(cfg.agent.user).toBe("agent");
+        expect(cfg.agent.envAllowlist).toEqual(["GITHUB_TOKEN"]);
+        expect(cfg.tailnet.gatewayTag).toBe(`tag:${cfg.prefix}-gateway`);
+        expect(cfg.tailnet.sandboxTag).toBe(`tag:${cfg.prefix}-sandbox`);
+        expect(cfg.gateway.image).toBe("debian-12");
+    });
+
+    it("dev and prod differ the way environments do", () => {
+        const dev = readStackFile(stackFile("dev"));
+        const prod = readStackFile(stackFile("prod"));
+        expect(dev.sandbox.serverType).not.toBe(prod.sandbox.serverType);
+        expect(dev.gateway.location).not.toBe(prod.gateway.location);
+        expect(prod.backup.retentionDays).toBeGreaterThan(dev.backup.retentionDays);
+        expect(prod.gateway.protect).toBe(true);
+        expect(dev.tailnet.manageAcl).toBe(true);
+        expect(prod.tailnet.manageAcl).toBe(false);
+    });
+
+    it("names the file and key path of a bad enum value, listing the choices", () => {
+        const file = editedStack("dev", (c) => (c["airlock:sandbox"].serverType = "huge"));
+        const problems = problemsOf(file);
+        expect(problems).toHaveLength(1);
+        expect(problems[0]).toMatch(new RegExp(`^${file.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}: airlock:sandbox\\.serverType: expected one of cx22, cx23, `));
+    });
+
+    it("reports every problem, one line each, with array indexes in the path", () => {
+        const file = editedStack("dev", (c) => {
+            c["airlock:gateway"].adminSshKeys = ["not a key"];
+            c["airlock:tailnet"].keyExpirySeconds = 10;
+            delete c["airlock:prefix"];
+        });
+        const problems = problemsOf(file);
+        expect(problems.map((p) => p.split(": ")[1]).sort()).toEqual([
+            "airlock:gateway.adminSshKeys[0]",
+            "airlock:prefix",
+            "airlock:tailnet.keyExpirySeconds",
+        ]);
+    });
+
+    it("rejects unknown keys so a typo is not silently ignored", () => {
+        const file = editedStack("dev", (c) => (c["airlock:sandbox"].serverTyp = "cx22"));
+        expect(problemsOf(file)).toEqual([`${file}: airlock:sandbox: unknown key serverTyp`]);
+    });
+
+    it.each(["LD_PRELOAD", "PATH", "BASH_ENV", "ENV", "GITHUB_*", "github_token", "SSH_AUTH_SOCK", "DOCKER_HOST"])(
+        "refuses to pass %s through to the sandbox",
+        (name) => {
+            const file = editedStack("dev", (c) => (c["airlock:agent"].envAllowlist = ["GITHUB_TOKEN", name]));
+            const problems = problemsOf(file);
+            expect(problems).toHaveLength(1);
+            expect(problems[0]).toContain("airlock:agent.envAllowlist[1]");
+        },
+    );
+
+    it("ignores other providers' keys and reads Pulumi's JSON-encoded values", () => {
+        const raw = fs.readFileSync(stackFile("dev"), "utf8");
+        const doc = require("yaml").parse(raw).config as Record<string, unknown>;
+        const all: Record<string, string> = { "hcloud:token": "ignored" };
+        for (const [k, v] of Object.entries(doc)) all[k] = typeof v === "string" ? v : JSON.stringify(v);
+        expect(configFromPulumiRuntime(all, "dev")).toEqual(readStackFile(stackFile("dev")));
+    });
+
+    it("a YAML syntax error names the file and line", () => {
+        const dir = tempDir("yaml");
+        const file = path.join(dir, "Pulumi.dev.yaml");
+        fs.writeFileSync(file, "config:\n  airlock:prefix: [unclosed\n");
+        expect(problemsOf(file)[0]).toMatch(new RegExp(`^${dir}.*Pulumi\\.dev\\.yaml: line \\d+: `));
+    });
+});
+
+describe("airlock plan on bad input", () => {
+    it("exits 2 with one line per problem, no stack trace, and writes nothing", () => {
+        const dir = tempDir("cli");
+        editedStack("dev", (c) => (c["airlock:sandbox"].serverType = "huge"), dir);
+        const out = path.join(dir, "out");
+        const result = spawnSync(
+            process.execPath,
+            ["--import", "tsx", path.join(REPO, "cli/main.ts"), "--stacks-dir", dir, "plan", "--stack", "dev", "--out", out],
+            { encoding: "utf8", cwd: REPO },
+        );
+        expect(result.status).toBe(2);
+        const lines = result.stderr.trim().split("\n");
+        expect(lines).toEqual([`${path.join(dir, "Pulumi.dev.yaml")}: airlock:sandbox.serverType: ${lines[0].split(": ").slice(2).join(": ")}`]);
+        expect(result.stderr).not.toMatch(/\bat .*\.ts:\d+/);
+        expect(fs.existsSync(out)).toBe(false);
+    });
+
+    it("exits 2 naming the file when the stack does not exist", () => {
+        const dir = tempDir("cli");
+        const result = spawnSync(process.execPath, ["--import", "tsx", path.join(REPO, "cli/main.ts"), "--stacks-dir", dir, "plan", "--stack", "nope"], {
+            encoding: "utf8",
+            cwd: REPO,
+        });
+        expect(result.status).toBe(2);
+        expect(result.stderr.trim()).toBe(`${path.join(dir, "Pulumi.nope.yaml")}: cannot read: ENOENT`);
+    });
+});

@@ -1,0 +1,53 @@
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import * as YAML from "yaml";
+import { planStack, PlanOptions, StackPlan } from "../../cli/offline";
+
+export const REPO = path.resolve(__dirname, "..", "..");
+export const STACKS_DIR = path.join(REPO, "stacks");
+export const SHIPPED_STACKS = ["dev", "prod"];
+
+export function stackFile(stack: string): string {
+    return path.join(STACKS_DIR, `Pulumi.${stack}.yaml`);
+}
+
+/** A throwaway folder under the OS temp dir, removed by the caller's cleanup. */
+export function tempDir(label: string): string {
+    return fs.mkdtempSync(path.join(os.tmpdir(), `airlock-${label}-`));
+}
+
+/**
+ * Writes a copy of a shipped stack with one change applied to its `config`, and
+ * returns the path; tests change ONE thing and assert the consequence.
+ */
+export function editedStack(stack: string, edit: (config: Record<string, any>) => void, dir = tempDir("stack")): string {
+    const doc = YAML.parse(fs.readFileSync(stackFile(stack), "utf8"));
+    edit(doc.config);
+    const file = path.join(dir, `Pulumi.${stack}.yaml`);
+    fs.writeFileSync(file, YAML.stringify(doc));
+    return file;
+}
+
+/** A tailnet key as Tailscale returns one, assembled at run time (no key-shaped literal in git). */
+export function fakeTailnetKey(): string {
+    return ["tskey", "auth", "kTEST0CNTRL", "0123456789abcdefABCDEFghijklmnop"].join("-");
+}
+
+/** What providers compute during `pulumi up`, for plans in "up" mode. */
+export const deployedValues: PlanOptions["deployed"] = (type) =>
+    type === "tailscale:index/tailnetKey:TailnetKey" ? { key: fakeTailnetKey() } : {};
+
+export function planShipped(stack: string, mode: "preview" | "up" = "preview"): Promise<StackPlan> {
+    return planStack(stackFile(stack), stack, { mode, deployed: deployedValues });
+}
+
+export function resourcesOfType(plan: StackPlan, type: string) {
+    return plan.resources.filter((r) => r.type === type);
+}
+
+export function resourceNamed(plan: StackPlan, type: string, name: string) {
+    const found = plan.resources.find((r) => r.type === type && r.name === name);
+    if (!found) throw new Error(`no ${type} named ${name} in plan of ${plan.stack}`);
+    return found;
+}

@@ -1,0 +1,12 @@
+import { defineConfig } from "vitest/config";
+
+export default defineConfig({
+    test: {
+        include: ["test/**/*.test.ts"],
+        // Pulumi's runtime state is process-global; plans in one file run in sequence.
+        fileParallelism: true,
+        pool: "forks",
+        testTimeout: 60_000,
+        hookTimeout: 120_000,
+    },
+});
