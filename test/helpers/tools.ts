@@ -1,0 +1,49 @@
+import { spawnSync, SpawnSyncOptions } from "node:child_process";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { RenderedHost } from "../../components/render/hosts";
+
+export function hasCommand(name: string): boolean {
+    return spawnSync("sh", ["-c", `command -v ${name}`], { encoding: "utf8" }).status === 0;
+}
+
+/**
+ * True when every tool is installed. Otherwise prints why the tests are skipped;
+ * under CI (CI=true) a missing tool is an error instead, so a gap in .ci/run can
+ * never turn into a silent pass.
+ */
+export function toolsAvailable(purpose: string, tools: string[]): boolean {
+    const missing = tools.filter((tool) => !hasCommand(tool));
+    if (missing.length === 0) return true;
+    const reason = `${purpose}: ${missing.join(", ")} not installed (.ci/run installs it)`;
+    if (process.env.CI === "true") throw new Error(`CI is missing tools: ${reason}`);
+    console.warn(`SKIPPED ${reason}`);
+    return false;
+}
+
+export function isRoot(): boolean {
+    return process.getuid?.() === 0;
+}
+
+export function run(cmd: string, args: string[], options: SpawnSyncOptions = {}) {
+    const result = spawnSync(cmd, args, { encoding: "utf8", ...options });
+    return { status: result.status, stdout: String(result.stdout ?? ""), stderr: String(result.stderr ?? ""), error: result.error };
+}
+
+/** Writes a host's files under `root` at their host paths, with their modes. */
+export function installFiles(host: RenderedHost, root: string): void {
+    for (const file of host.files) {
+        const target = path.join(root, file.path);
+        fs.mkdirSync(path.dirname(target), { recursive: true });
+        fs.writeFileSync(target, file.content, { mode: parseInt(file.permissions, 8) });
+        fs.chmodSync(target, parseInt(file.permissions, 8));
+    }
+}
+
+/** The address the e2e and tool tests give the "tailnet" side (inside 100.64.0.0/10). */
+export const TEST_TAILNET_IPV4 = "100.100.7.1";
+
+/** What airlock-sshd-config does at boot, for tests that cannot run it. */
+export function withTailnetAddress(sshdTemplate: string, address = TEST_TAILNET_IPV4): string {
+    return sshdTemplate.replaceAll("@TAILNET_IPV4@", address);
+}

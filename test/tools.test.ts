@@ -1,0 +1,185 @@
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { beforeAll, describe, expect, it } from "vitest";
+import { readStackFile } from "../components/config/load";
+import { renderGateway, renderSandbox, RenderedHost, SSHD_TEMPLATE_PATH, withTailnetKey } from "../components/render/hosts";
+import { fakeTailnetKey, SHIPPED_STACKS, stackFile, tempDir } from "./helpers/stacks";
+import { installFiles, isRoot, run, TEST_TAILNET_IPV4, toolsAvailable, withTailnetAddress } from "./helpers/tools";
+
+/** Every rendered artifact is checked by the real program that consumes it. */
+
+const hosts: [string, RenderedHost][] = SHIPPED_STACKS.flatMap((stack) => {
+    const cfg = readStackFile(stackFile(stack));
+    return [
+        [`${stack}/gateway`, renderGateway(cfg)],
+        [`${stack}/sandbox`, renderSandbox(cfg)],
+    ] as [string, RenderedHost][];
+});
+
+const sshdTemplate = (host: RenderedHost) => host.files.find((f) => f.path === SSHD_TEMPLATE_PATH)!.content;
+
+describe.runIf(toolsAvailable("sshd config checks", ["sshd", "ssh-keygen"]) && isRoot())("sshd -t / sshd -T", () => {
+    let dir: string;
+    let hostKey: string;
+    beforeAll(() => {
+        dir = tempDir("sshd");
+        hostKey = path.join(dir, "host_ed25519");
+        expect(run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", hostKey]).status).toBe(0);
+        fs.mkdirSync("/run/sshd", { recursive: true, mode: 0o755 });
+    });
+
+    /** `sshd -T` for a connection from `user`, as a keyword -> values map. */
+    function effective(configText: string, user: string): Map<string, string[]> {
+        const file = path.join(dir, `sshd_config.${user}`);
+        fs.writeFileSync(file, configText);
+        const result = run("sshd", ["-T", "-f", file, "-h", hostKey, "-C", `user=${user},host=gateway,addr=100.100.7.2`]);
+        expect(result.stderr).toBe("");
+        expect(result.status).toBe(0);
+        const values = new Map<string, string[]>();
+        for (const line of result.stdout.trim().split("\n")) {
+            const [key, ...rest] = line.split(" ");
+            values.set(key, [...(values.get(key) ?? []), rest.join(" ")]);
+        }
+        return values;
+    }
+
+    it.each(hosts)("%s: sshd -t accepts the rendered config", (_, host) => {
+        const file = path.join(dir, "sshd_config.t");
+        fs.writeFileSync(file, withTailnetAddress(sshdTemplate(host)));
+        const result = run("sshd", ["-t", "-f", file, "-h", hostKey]);
+        expect(result.stderr).toBe("");
+        expect(result.status).toBe(0);
+    });
+
+    it.each(hosts)("%s: listens on the tailnet address only, keys only, no forwarding", (_, host) => {
+        const user = host.role === "sandbox" ? "agent" : "ops";
+        const eff = effective(withTailnetAddress(sshdTemplate(host)), user);
+        expect(eff.get("listenaddress")).toEqual([`${TEST_TAILNET_IPV4}:22`]);
+        expect(eff.get("passwordauthentication")).toEqual(["no"]);
+        expect(eff.get("kbdinteractiveauthentication")).toEqual(["no"]);
+        expect(eff.get("permitrootlogin")).toEqual(["no"]);
+        expect(eff.get("disableforwarding")).toEqual(["yes"]);
+        expect(eff.get("allowtcpforwarding")).toEqual(["no"]);
+        expect(eff.get("x11forwarding")).toEqual(["no"]);
+        expect(eff.get("permittunnel")).toEqual(["no"]);
+        expect(eff.get("permituserenvironment")).toEqual(["no"]);
+        expect(eff.get("allowusers")).toEqual([user]);
+    });
+
+    it.each(hosts.filter(([, h]) => h.role === "sandbox"))("%s: the agent is forced through the wrapper with only the allowlist", (_, host) => {
+        const eff = effective(withTailnetAddress(sshdTemplate(host)), "agent");
+        expect(eff.get("forcecommand")).toEqual(["/usr/local/libexec/airlock/sandbox-shell"]);
+        expect(eff.get("acceptenv")).toEqual(["GITHUB_TOKEN"]);
+        expect(eff.get("permittty")).toEqual(["no"]);
+    });
+
+    it.each(hosts)("%s: a cloud-image drop-in read after it cannot loosen anything (first value wins)", (_, host) => {
+        const text = sshdTemplate(host);
+        expect(text).not.toMatch(/^\s*Include\b/im);
+        const dropIn = [
+            "PasswordAuthentication yes",
+            "KbdInteractiveAuthentication yes",
+            "PermitRootLogin yes",
+            "DisableForwarding no",
+            "AllowTcpForwarding yes",
+            "PermitTunnel yes",
+            "X11Forwarding yes",
+            "PermitUserEnvironment yes",
+        ].join("\n");
+        // Global keywords can only be appended before the first Match block.
+        const firstMatch = text.search(/^Match /m);
+        const loosened = firstMatch < 0 ? `${text}\n${dropIn}\n` : `${text.slice(0, firstMatch)}${dropIn}\n${text.slice(firstMatch)}`;
+        const eff = effective(withTailnetAddress(loosened), host.role === "sandbox" ? "agent" : "ops");
+        for (const [key, value] of [
+            ["passwordauthentication", "no"],
+            ["kbdinteractiveauthentication", "no"],
+            ["permitrootlogin", "no"],
+            ["disableforwarding", "yes"],
+            ["allowtcpforwarding", "no"],
+            ["permittunnel", "no"],
+            ["x11forwarding", "no"],
+            ["permituserenvironment", "no"],
+        ]) {
+            expect(eff.get(key), key).toEqual([value]);
+        }
+    });
+});
+
+describe.runIf(toolsAvailable("cloud-init schema", ["cloud-init"]))("cloud-init schema", () => {
+    it.each(hosts)("%s: the user_data is valid cloud-config", (_, host) => {
+        const file = path.join(tempDir("cloud-init"), "user-data.yaml");
+        fs.writeFileSync(file, withTailnetKey(host.cloudInit, fakeTailnetKey()));
+        const result = run("cloud-init", ["schema", "--config-file", file]);
+        expect(result.stdout + result.stderr).toContain("Valid cloud-config");
+        expect(result.status).toBe(0);
+    });
+});
+
+describe.runIf(toolsAvailable("shellcheck", ["shellcheck"]))("shellcheck", () => {
+    const scripts = hosts.flatMap(([label, host]) =>
+        host.files.filter((f) => f.permissions === "0755").map((f) => [`${label}:${f.path}`, f.content] as const),
+    );
+
+    it("finds the scripts", () => expect(scripts.length).toBeGreaterThanOrEqual(12));
+
+    it.each(scripts)("%s passes shellcheck", (_, content) => {
+        const file = path.join(tempDir("sh"), "script");
+        fs.writeFileSync(file, content);
+        const result = run("shellcheck", ["--shell=bash", "--severity=style", file]);
+        expect(result.stdout).toBe("");
+        expect(result.status).toBe(0);
+    });
+});
+
+describe.runIf(toolsAvailable("systemd units", ["systemd-analyze"]))("systemd-analyze verify", () => {
+    /**
+     * A throwaway root holding the distribution's units, the host's rendered files,
+     * and the binaries the units execute, so `verify --root` checks what boots.
+     */
+    function fakeRoot(host: RenderedHost): string {
+        const root = tempDir("root");
+        fs.cpSync("/usr/lib/systemd/system", path.join(root, "usr/lib/systemd/system"), { recursive: true, verbatimSymlinks: true });
+        for (const binary of ["/usr/sbin/sshd", "/lib/systemd/systemd", "/bin/kill"]) {
+            const target = path.join(root, binary);
+            fs.mkdirSync(path.dirname(target), { recursive: true });
+            fs.copyFileSync(fs.realpathSync(binary), target);
+            fs.chmodSync(target, 0o755);
+        }
+        // Shipped by Debian's docker.io; only its presence matters to verify.
+        const rootless = path.join(root, "usr/share/docker.io/contrib/dockerd-rootless.sh");
+        fs.mkdirSync(path.dirname(rootless), { recursive: true });
+        fs.writeFileSync(rootless, "#!/bin/sh\n", { mode: 0o755 });
+        installFiles(host, root);
+        return root;
+    }
+
+    /** Units to verify for each rendered unit file or drop-in. */
+    function unitsOf(host: RenderedHost): { file: string; unit: string; userUnit: boolean }[] {
+        return host.files.flatMap((f) => {
+            const system = /^\/etc\/systemd\/system\/(?:([^/]+)\.d\/[^/]+\.conf|([^/]+\.service))$/.exec(f.path);
+            if (system) {
+                const unit = (system[1] ?? system[2]).replace("user@.service", "user@1000.service");
+                return [{ file: f.path, unit, userUnit: false }];
+            }
+            const user = /^\/etc\/systemd\/user\/([^/]+\.service)$/.exec(f.path);
+            return user ? [{ file: f.path, unit: user[1], userUnit: true }] : [];
+        });
+    }
+
+    const cases = hosts.flatMap(([label, host]) => unitsOf(host).map((u) => [`${label}:${u.file}`, host, u] as const));
+
+    it("finds the units", () => expect(cases.length).toBeGreaterThanOrEqual(8));
+
+    it.each(cases)("%s verifies without warnings", (_, host, { unit, userUnit }) => {
+        const root = fakeRoot(host);
+        let name = unit;
+        if (userUnit) {
+            // User units share the unit-file syntax; verify it as a system unit under the fake root.
+            name = `airlock-user-${unit}`;
+            fs.copyFileSync(path.join(root, "etc/systemd/user", unit), path.join(root, "etc/systemd/system", name));
+        }
+        const result = run("systemd-analyze", ["verify", `--root=${root}`, name]);
+        expect(result.stderr).toBe("");
+        expect(result.status).toBe(0);
+    });
+});
