@@ -1,0 +1,224 @@
+import { ChildProcess } from "node:child_process";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { readStackFile } from "../components/config/load";
+import { renderGateway, renderSandbox, RenderedHost, SANDBOX_WRAPPER_PATH, SSHD_TEMPLATE_PATH } from "../components/render/hosts";
+import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
+import { editedStack, REPO, tempDir } from "./helpers/stacks";
+import { installFiles, isRoot, run, toolsAvailable } from "./helpers/tools";
+
+/**
+ * End to end: the rendered sandbox sshd, started by the rendered boot script, in a
+ * network namespace with a "tailnet" and a "public" address; the client runs in a
+ * second namespace with the rendered gateway ssh config.
+ */
+
+const AGENT = "airlock-e2e";
+/** A GitHub-token-shaped value, assembled at run time. */
+const TOKEN = ["ghp", "e2eTESTtoken0123456789abcdefABCDEF"].join("_");
+
+const file = (host: RenderedHost, hostPath: string) => host.files.find((f) => f.path === hostPath)!.content;
+
+/** Builds the stack the e2e uses: dev, with a test agent user and the test client's key. */
+function e2eHosts(clientPublicKey: string) {
+    const stack = editedStack("dev", (c) => {
+        c["airlock:agent"].user = AGENT;
+        c["airlock:agent"].authorizedKeys = [clientPublicKey];
+    });
+    const cfg = readStackFile(stack);
+    return { sandbox: renderSandbox(cfg), gateway: renderGateway(cfg) };
+}
+
+const canRun = isRoot() && toolsAvailable("e2e sshd in network namespaces", ["ip", "sshd", "ssh", "ssh-keygen", "useradd"]);
+if (!isRoot()) console.warn("SKIPPED e2e sshd in network namespaces: needs root (CI runs it as root)");
+
+describe.runIf(canRun)("sandbox sshd end to end", () => {
+    let net: TestNet;
+    let root: string;
+    let sshd: ChildProcess | undefined;
+    let sshdLog = "";
+    let createdUser = false;
+    let clientKey: string;
+    let clientDir: string;
+    let gatewayConfig: string;
+    let sandbox: RenderedHost;
+
+    beforeAll(async () => {
+        net = createTestNet(String(process.pid % 10000));
+        if (run("id", [AGENT]).status !== 0) {
+            expect(run("useradd", ["--create-home", "--shell", "/bin/bash", AGENT]).status).toBe(0);
+            createdUser = true;
+        }
+
+        clientDir = tempDir("client");
+        clientKey = path.join(clientDir, "id_ed25519");
+        expect(run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", clientKey]).status).toBe(0);
+        const hosts = e2eHosts(fs.readFileSync(`${clientKey}.pub`, "utf8").trim());
+        sandbox = hosts.sandbox;
+
+        // A root-owned tree (sshd's StrictModes checks every directory up to /).
+        root = fs.mkdtempSync("/run/airlock-e2e-");
+        fs.chmodSync(root, 0o755);
+        installFiles(sandbox, root);
+        const state = path.join(root, "state");
+        const workspace = path.join(root, "workspace");
+        const stubBin = path.join(root, "stub-bin");
+        for (const dir of [state, workspace, stubBin]) fs.mkdirSync(dir, { mode: 0o755 });
+        run("chown", [AGENT, state, workspace]);
+        fs.writeFileSync(
+            path.join(stubBin, "docker"),
+            fs
+                .readFileSync(path.join(REPO, "test/fixtures/docker-exec-stub"), "utf8")
+                .replace("@STATE_DIR@", state)
+                .replace("@WORKSPACE@", workspace),
+            { mode: 0o755 },
+        );
+        fs.writeFileSync(path.join(stubBin, "tailscale"), `#!/bin/sh\necho ${net.serverTailnet}\n`, { mode: 0o755 });
+
+        const hostKey = path.join(root, "ssh_host_ed25519_key");
+        expect(run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", hostKey]).status).toBe(0);
+        fs.mkdirSync("/run/sshd", { recursive: true, mode: 0o755 });
+
+        // The rendered template, with only its absolute paths moved into the test tree.
+        const template = file(sandbox, SSHD_TEMPLATE_PATH)
+            .replace("HostKey /etc/ssh/ssh_host_ed25519_key", `HostKey ${hostKey}`)
+            .replace("AuthorizedKeysFile /etc/ssh/authorized_keys/%u", `AuthorizedKeysFile ${root}/etc/ssh/authorized_keys/%u`)
+            .replace(`ForceCommand ${SANDBOX_WRAPPER_PATH}`, `ForceCommand ${root}${SANDBOX_WRAPPER_PATH}`);
+        fs.writeFileSync(path.join(root, SSHD_TEMPLATE_PATH), template, { mode: 0o600 });
+
+        // The real boot script renders the live config from the tailnet address.
+        const rendered = renderSshdConfig(net.serverTailnet);
+        expect(rendered.stderr).toBe("");
+        expect(rendered.status).toBe(0);
+
+        // sshd runs with the stub docker in place of /usr/local/bin, in its own mount namespace.
+        sshd = spawnInNamespace(
+            net.server,
+            `mount --bind ${stubBin} /usr/local/bin && exec /usr/sbin/sshd -D -e -f ${root}/etc/ssh/sshd_config`,
+        );
+        sshd.stderr?.on("data", (chunk) => (sshdLog += String(chunk)));
+        await waitForPort(net.client, net.serverTailnet, 22);
+
+        // The gateway's rendered client config, unchanged; test paths come in as -o
+        // options, which ssh reads before the file (first value wins).
+        gatewayConfig = path.join(clientDir, "ssh_config");
+        fs.writeFileSync(gatewayConfig, file(hosts.gateway, "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf"));
+        fs.writeFileSync(path.join(clientDir, "known_hosts"), `${net.serverTailnet} ${fs.readFileSync(`${hostKey}.pub`, "utf8")}`);
+    }, 60_000);
+
+    afterAll(() => {
+        if (clientDir) run("ssh", ["-F", gatewayConfig, "-o", `ControlPath=${clientDir}/cm-%C`, "-O", "exit", "sandbox"]);
+        sshd?.kill("SIGTERM");
+        net?.close();
+        if (root) fs.rmSync(root, { recursive: true, force: true });
+        if (createdUser) run("userdel", ["--remove", AGENT]);
+        if (sshdLog && process.env.AIRLOCK_DEBUG) console.log(sshdLog);
+    });
+
+    function renderSshdConfig(address: string, target = `${root}/etc/ssh/sshd_config`) {
+        const stubTailscale = path.join(root, "stub-bin", "tailscale");
+        fs.writeFileSync(stubTailscale, `#!/bin/sh\necho ${address}\n`, { mode: 0o755 });
+        return inNamespace(net.server, [`${root}/usr/local/sbin/airlock-sshd-config`], {
+            env: {
+                PATH: `${root}/stub-bin:/usr/sbin:/usr/bin:/sbin:/bin`,
+                AIRLOCK_SSHD_TEMPLATE: path.join(root, SSHD_TEMPLATE_PATH),
+                AIRLOCK_SSHD_CONFIG: target,
+                AIRLOCK_TAILNET_WAIT_SECONDS: "2",
+            },
+        });
+    }
+
+    /**
+     * ssh from the client namespace with the gateway's config. `options` come first,
+     * so they win over the test defaults (ssh keeps the first value).
+     */
+    function ssh(options: string[], command: string[] = [], env: Record<string, string> = {}, address = net.serverTailnet) {
+        return inNamespace(
+            net.client,
+            [
+                "ssh",
+                ...options,
+                "-F", gatewayConfig,
+                "-o", `HostName=${address}`,
+                "-o", `User=${AGENT}`,
+                "-o", `IdentityFile=${clientKey}`,
+                "-o", `UserKnownHostsFile=${clientDir}/known_hosts`,
+                "-o", "StrictHostKeyChecking=yes",
+                "-o", `ControlPath=${clientDir}/cm-%C`,
+                "-o", "ConnectTimeout=5",
+                "sandbox",
+                ...command,
+            ],
+            { env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: clientDir, ...env } },
+        );
+    }
+
+    it("the boot script wrote a config that listens on the tailnet address only", () => {
+        const live = fs.readFileSync(`${root}/etc/ssh/sshd_config`, "utf8");
+        expect(live.match(/^ListenAddress .*$/gm)).toEqual([`ListenAddress ${net.serverTailnet}:22`]);
+    });
+
+    it("the boot script refuses an address outside the tailnet, or one not on this host", () => {
+        for (const address of [net.serverPublic, "100.101.1.1", ""]) {
+            const target = `${root}/etc/ssh/sshd_config.refused`;
+            const result = renderSshdConfig(address, target);
+            expect(result.status, address).toBe(1);
+            expect(result.stderr).toContain("no tailnet IPv4 address");
+            expect(fs.existsSync(target)).toBe(false);
+        }
+        renderSshdConfig(net.serverTailnet, `${root}/etc/ssh/sshd_config.again`);
+    });
+
+    it("port 22 on the public address is refused", () => {
+        const result = ssh([], ["true"], {}, net.serverPublic);
+        expect(result.status).toBe(255);
+        expect(result.stderr).toMatch(/Connection refused/);
+    });
+
+    it("a command over the tailnet runs through the wrapper, in /workspace of agent-sandbox-shell", () => {
+        const result = ssh([], ['echo "ran in $STUB_CONTAINER:$STUB_WORKDIR"']);
+        expect(result.stderr).toBe("");
+        expect(result.stdout.trim()).toBe("ran in agent-sandbox-shell:/workspace");
+        const args = fs.readFileSync(`${root}/state/docker-args`, "utf8").trim().split("\n");
+        expect(args.slice(0, 2)).toEqual(["exec", "-i"]);
+        expect(args.slice(-6, -1)).toEqual(["-w", "/workspace", "agent-sandbox-shell", "bash", "-lc"]);
+    });
+
+    it("GITHUB_TOKEN sent with SendEnv arrives in the container; other variables do not", () => {
+        const result = ssh(["-o", "SendEnv=OTHER_SECRET"], ['echo "token=${GITHUB_TOKEN:-absent} other=${OTHER_SECRET:-absent}"'], {
+            GITHUB_TOKEN: TOKEN,
+            OTHER_SECRET: "must-not-arrive",
+        });
+        expect(result.stdout.trim()).toBe(`token=${TOKEN} other=absent`);
+        // The token travels in the environment, never on the docker command line.
+        expect(fs.readFileSync(`${root}/state/docker-args`, "utf8")).not.toContain(TOKEN);
+    });
+
+    it("port forwarding is refused by the server, local and remote", () => {
+        // The gateway's config already clears forwardings; lift that to test the server.
+        const stdio = ssh(["-o", "ControlPath=none", "-W", "127.0.0.1:22"]);
+        expect(stdio.status).not.toBe(0);
+        expect(stdio.stderr).toMatch(/administratively prohibited|open failed|refused by peer/);
+
+        const remote = ssh(["-o", "ClearAllForwardings=no", "-o", "ExitOnForwardFailure=yes", "-o", "ControlPath=none", "-R", "127.0.0.1:2222:127.0.0.1:22", "-N"]);
+        expect(remote.status).toBe(255);
+        expect(remote.stderr).toMatch(/remote port forwarding failed/);
+    });
+
+    it("no interactive shell and no PTY", () => {
+        const interactive = ssh([]);
+        expect(interactive.status).toBe(2);
+        expect(interactive.stderr).toContain("interactive sessions are disabled");
+
+        const tty = ssh(["-tt", "-o", "ControlPath=none"], ["tty"]);
+        expect(tty.stderr).toMatch(/PTY allocation request failed/);
+        expect(tty.stdout).not.toMatch(/\/dev\/pts/);
+    });
+
+    it("commands share one multiplexed connection (ControlMaster)", () => {
+        expect(ssh([], ["true"]).status).toBe(0);
+        const check = ssh(["-O", "check"]);
+        expect(check.stderr).toMatch(/Master running/);
+    });
+});
