@@ -108,8 +108,10 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
     }, 60_000);
 
     afterAll(() => {
-        if (clientDir) run("ssh", ["-F", gatewayConfig, "-o", `ControlPath=${clientDir}/cm-%C`, "-O", "exit", "sandbox"]);
+        // Stop the ControlPersist master, the listener, and any session left behind.
+        if (sshd) ssh(["-O", "exit"]);
         sshd?.kill("SIGTERM");
+        run("pkill", ["--uid", AGENT]);
         net?.close();
         if (root) fs.rmSync(root, { recursive: true, force: true });
         if (createdUser) run("userdel", ["--remove", AGENT]);

@@ -155,7 +155,7 @@ describe.runIf(toolsAvailable("systemd units", ["systemd-analyze"]))("systemd-an
 
     /** Units to verify for each rendered unit file or drop-in. */
     function unitsOf(host: RenderedHost): { file: string; unit: string; userUnit: boolean }[] {
-        return host.files.flatMap((f) => {
+        return host.files.flatMap((f): { file: string; unit: string; userUnit: boolean }[] => {
             const system = /^\/etc\/systemd\/system\/(?:([^/]+)\.d\/[^/]+\.conf|([^/]+\.service))$/.exec(f.path);
             if (system) {
                 const unit = (system[1] ?? system[2]).replace("user@.service", "user@1000.service");

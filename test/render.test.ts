@@ -1,0 +1,67 @@
+import { describe, expect, it } from "vitest";
+import { readStackFile } from "../components/config/load";
+import { hostFirewallRules } from "../components/host";
+import { renderGateway, renderSandbox, TAILNET_AUTH_KEY_PLACEHOLDER, withTailnetKey } from "../components/render/hosts";
+import { renderTemplate } from "../components/render/templates";
+import { fakeTailnetKey, SHIPPED_STACKS, stackFile } from "./helpers/stacks";
+
+describe("template rendering", () => {
+    it("fails on a placeholder without a value", () => {
+        expect(() => renderTemplate("scripts/tailnet-join", { hostname: "x" })).toThrow(/no value for \{\{tag\}\}/);
+    });
+
+    it("fails on a value without a placeholder", () => {
+        expect(() => renderTemplate("scripts/install-tailscale", { stray: "x" })).toThrow(/no placeholder for stray/);
+    });
+});
+
+describe.each(SHIPPED_STACKS)("rendered hosts of %s", (stack) => {
+    const cfg = readStackFile(stackFile(stack));
+    const hosts = [renderGateway(cfg), renderSandbox(cfg)];
+
+    it("leave no render-time placeholder behind", () => {
+        for (const host of hosts) {
+            for (const file of host.files) expect(file.content, file.path).not.toMatch(/\{\{\w+\}\}/);
+            expect(host.cloudInit).not.toMatch(/\{\{\w+\}\}/);
+        }
+    });
+
+    it("carry the join-key placeholder exactly once, and never enable Tailscale SSH", () => {
+        for (const host of hosts) {
+            expect(host.cloudInit.split(TAILNET_AUTH_KEY_PLACEHOLDER)).toHaveLength(2);
+            const join = host.files.find((f) => f.path === "/usr/local/sbin/airlock-tailnet-join")!.content;
+            expect(join).toMatch(/tailscale up/);
+            expect(join).not.toMatch(/--ssh\b/);
+        }
+    });
+
+    it("ship no file that pipes a download into a shell", () => {
+        for (const host of hosts) {
+            for (const file of host.files) expect(file.content, file.path).not.toMatch(/(curl|wget)[^\n|]*\|\s*(sudo\s+)?(ba|z)?sh\b/);
+        }
+    });
+});
+
+describe("withTailnetKey", () => {
+    const cfg = readStackFile(stackFile("dev"));
+    const cloudInit = renderSandbox(cfg).cloudInit;
+
+    it("puts the key where the placeholder was", () => {
+        const key = fakeTailnetKey();
+        const userData = withTailnetKey(cloudInit, key);
+        expect(userData).toContain(key);
+        expect(userData).not.toContain(TAILNET_AUTH_KEY_PLACEHOLDER);
+    });
+
+    it("refuses a key that could break out of its YAML scalar", () => {
+        expect(() => withTailnetKey(cloudInit, "abc\nruncmd: [evil]")).toThrow(/unexpected characters/);
+    });
+});
+
+describe("host firewall rules", () => {
+    it("open no inbound TCP from anywhere", () => {
+        const inbound = hostFirewallRules().filter((r) => r.direction === "in");
+        expect(inbound.some((r) => r.protocol === "tcp")).toBe(false);
+        expect(inbound.map((r) => r.protocol).sort()).toEqual(["icmp", "udp"]);
+    });
+});

@@ -1,0 +1,44 @@
+#!/bin/bash
+# The full test suite on a fresh Debian/Ubuntu machine: installs the system tools
+# the tests check rendered files with (as root), installs the locked npm
+# dependencies, then runs `npm test`. Without root the tools must already be
+# there; tests that need root or a missing tool say so and skip (under CI=true
+# a missing tool fails instead).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+readonly PACKAGES=(
+	openssh-server openssh-client # sshd -t/-T and the e2e sshd; ssh client
+	shellcheck                    # every rendered script
+	cloud-init                    # cloud-init schema on every user_data
+	systemd                       # systemd-analyze verify on every unit
+	iproute2                      # network namespaces for the e2e tests
+	procps passwd util-linux      # pkill, useradd, mount (e2e)
+)
+
+if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
+	missing=()
+	for package in "${PACKAGES[@]}"; do
+		dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+	done
+	if ((${#missing[@]} > 0)); then
+		echo "test/run.sh: installing ${missing[*]}"
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	fi
+fi
+
+if [[ ! -d node_modules || "${CI:-}" == "true" ]]; then
+	npm ci --no-audit --no-fund
+fi
+
+mkdir -p out
+status=0
+npm test -- --reporter=default --reporter=json --outputFile.json=out/test-results.json || status=$?
+# One plain closing line for CI logs.
+if [[ -f out/test-results.json ]]; then
+	# shellcheck disable=SC2016 # a JavaScript template literal, not shell
+	node -e 'const r = require("./out/test-results.json");
+console.log(`${r.numPassedTests} passed, ${r.numFailedTests} failed, ${r.numPendingTests + r.numTodoTests} skipped`);'
+fi
+exit "$status"
