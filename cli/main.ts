@@ -1,9 +1,15 @@
 #!/usr/bin/env node
 import * as path from "node:path";
-import { Command, CommanderError } from "commander";
+import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import { ConfigError } from "../components/config/load";
-import { planStack, stackFilePath } from "./offline";
+import { DEFAULT_CONTEXT, JudgeContext } from "../policies/engine/context";
+import type { Finding } from "../policies/engine/finding";
+import { formatFinding } from "../policies/engine/format";
+import { checkFile, CheckKind, gatePlan, gateStack, resourcesOfPreview } from "./gate";
+import { judgeResources } from "../policies/engine/judge";
+import { listStacks, planStack, stackFilePath } from "./offline";
 import { formatSummary, summarize, writePlan } from "./plan";
+import * as fs from "node:fs";
 
 /** Exit codes, the same for every command. */
 export const EXIT = { clean: 0, violations: 1, badInput: 2, internal: 3 } as const;
@@ -15,26 +21,105 @@ const program = new Command()
     .exitOverride()
     .configureOutput({ writeErr: (text) => process.stderr.write(text) });
 
+const stacksDir = () => program.opts<{ stacksDir: string }>().stacksDir;
+
+/** Options that describe the deployment when no stack file says it (check, gate --preview). */
+function withContextOptions(command: Command): Command {
+    return command
+        .option("--agent-user <user>", "the sandbox agent user", DEFAULT_CONTEXT.agentUser)
+        .option("--env-allowlist <names>", "comma-separated variables sshd may accept", DEFAULT_CONTEXT.envAllowlist.join(","))
+        .option("--retention-days <days>", "days B2 must keep hidden versions", (v) => {
+            const n = Number(v);
+            if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError("expected a whole number of days");
+            return n;
+        }, DEFAULT_CONTEXT.retentionDays);
+}
+
+function contextOf(opts: { agentUser: string; envAllowlist: string; retentionDays: number }): JudgeContext {
+    return { agentUser: opts.agentUser, envAllowlist: opts.envAllowlist.split(",").map((s) => s.trim()).filter(Boolean), retentionDays: opts.retentionDays };
+}
+
+/** Prints findings for humans or machines; returns the exit code. */
+function report(findings: Finding[], json: boolean | undefined, extra: Record<string, unknown> = {}): number {
+    if (json) process.stdout.write(`${JSON.stringify({ ...extra, violations: findings.length, findings }, null, 2)}\n`);
+    else if (findings.length > 0) {
+        for (const f of findings) process.stdout.write(`${formatFinding(f)}\n`);
+        process.stdout.write(`${findings.length} violation${findings.length === 1 ? "" : "s"}\n`);
+    }
+    return findings.length > 0 ? EXIT.violations : EXIT.clean;
+}
+
+let exitCode: number = EXIT.clean;
+
 program
     .command("plan")
-    .description("run the real program offline (Pulumi mocks) and write every rendered artifact and preview.json")
+    .description("run the real program offline (Pulumi mocks), write every rendered artifact and preview.json, then gate it")
     .requiredOption("--stack <name>", "stack name (stacks/Pulumi.<name>.yaml)")
     .option("--out <dir>", "output folder (default: out/<stack>)")
-    .option("--json", "print the summary as JSON")
+    .option("--json", "print the summary and findings as JSON")
     .action(async (opts: { stack: string; out?: string; json?: boolean }) => {
-        const stacksDir = program.opts<{ stacksDir: string }>().stacksDir;
         const outDir = opts.out ?? path.join("out", opts.stack);
-        const plan = await planStack(stackFilePath(stacksDir, opts.stack), opts.stack);
+        const plan = await planStack(stackFilePath(stacksDir(), opts.stack), opts.stack);
         const files = writePlan(plan, outDir);
         const summary = summarize(plan);
-        if (opts.json) process.stdout.write(`${JSON.stringify({ ...summary, outDir, files }, null, 2)}\n`);
-        else process.stdout.write(formatSummary(summary, outDir));
+        const findings = gatePlan(plan);
+        if (opts.json) {
+            exitCode = report(findings, true, { ...summary, outDir, files });
+            return;
+        }
+        process.stdout.write(formatSummary(summary, outDir));
+        process.stdout.write(findings.length === 0 ? "gate: clean\n" : "gate:\n");
+        exitCode = report(findings, false);
     });
+
+withContextOptions(
+    program
+        .command("check")
+        .description("lint artifacts (compose, sshd config, cloud-init, preview JSON) with the policy rules")
+        .argument("<files...>", "files to check")
+        .addOption(new Option("--kind <kind>", "what the files are (detected when omitted)").choices(["compose", "sshd", "cloud-init", "preview"]))
+        .option("--json", "machine-readable output"),
+).action((files: string[], opts: { kind?: CheckKind; json?: boolean; agentUser: string; envAllowlist: string; retentionDays: number }) => {
+    const ctx = contextOf(opts);
+    exitCode = report(files.flatMap((file) => checkFile(file, opts.kind, ctx)), opts.json, { files });
+});
+
+withContextOptions(
+    program
+        .command("gate")
+        .description("the policy gate: a stack's offline plan, every stack, or a real `pulumi preview --json`")
+        .option("--stack <name>", "gate one stack's offline plan")
+        .option("--all", "gate every stack in the stacks folder")
+        .option("--preview <file>", "gate the output of `pulumi preview --json` or `pulumi stack export`")
+        .option("--json", "machine-readable output"),
+).action(async (opts: { stack?: string; all?: boolean; preview?: string; json?: boolean; agentUser: string; envAllowlist: string; retentionDays: number }) => {
+    const chosen = [opts.stack !== undefined, opts.all === true, opts.preview !== undefined].filter(Boolean).length;
+    if (chosen !== 1) throw new ConfigError(["airlock gate: pass exactly one of --stack, --all, --preview"]);
+    if (opts.preview) {
+        const resources = resourcesOfPreview(opts.preview, readText(opts.preview));
+        exitCode = report(judgeResources(resources, contextOf(opts)), opts.json, { preview: opts.preview, resources: resources.length });
+        return;
+    }
+    const stacks = opts.all ? listStacks(stacksDir()) : [opts.stack!];
+    const results = [];
+    for (const stack of stacks) results.push(await gateStack(stacksDir(), stack));
+    const findings = results.flatMap((r) => r.findings.map((f) => ({ ...f, stack: r.stack })));
+    if (!opts.json) for (const r of results) process.stdout.write(`${r.stack}: ${r.findings.length === 0 ? "clean" : `${r.findings.length} violation(s)`}\n`);
+    exitCode = report(findings, opts.json, { stacks: results.map((r) => ({ stack: r.stack, violations: r.findings.length })) });
+});
+
+function readText(file: string): string {
+    try {
+        return fs.readFileSync(file, "utf8");
+    } catch (err) {
+        throw new ConfigError([`${file}: cannot read: ${(err as NodeJS.ErrnoException).code ?? String(err)}`]);
+    }
+}
 
 async function main(argv: string[]): Promise<number> {
     try {
         await program.parseAsync(argv);
-        return EXIT.clean;
+        return exitCode;
     } catch (err) {
         if (err instanceof CommanderError) {
             return err.exitCode === 0 ? EXIT.clean : EXIT.badInput;

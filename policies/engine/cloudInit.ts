@@ -1,0 +1,87 @@
+import * as zlib from "node:zlib";
+import * as YAML from "yaml";
+
+/** A user_data document: cloud-config parsed, write_files decoded; or a plain script. */
+export interface CloudInitDoc {
+    text: string;
+    /** The cloud-config mapping; undefined for a script. */
+    data?: Record<string, any>;
+    files: EmbeddedFile[];
+    /** Top-level key -> line. */
+    lines: Record<string, number>;
+}
+
+export interface EmbeddedFile {
+    index: number;
+    path: string;
+    content: string;
+    permissions?: string;
+}
+
+export class CloudInitParseError extends Error {}
+
+export function parseCloudInit(text: string): CloudInitDoc {
+    const first = text.split("\n", 1)[0].trim();
+    if (first.startsWith("#!")) return { text, files: [], lines: {} };
+    if (first !== "#cloud-config") {
+        throw new CloudInitParseError(
+            `user_data starts with "${first.slice(0, 40)}"; only #cloud-config and scripts can be judged (MIME, Jinja and compressed user_data are not)`,
+        );
+    }
+    const lineCounter = new YAML.LineCounter();
+    const doc = YAML.parseDocument(text, { lineCounter, merge: true });
+    if (doc.errors.length > 0) throw new CloudInitParseError(`cloud-config: ${doc.errors[0].message.split("\n")[0]}`);
+    const data = (doc.toJS() ?? {}) as Record<string, any>;
+    const lines: Record<string, number> = {};
+    if (YAML.isMap(doc.contents)) {
+        for (const item of doc.contents.items) {
+            const key = item.key as YAML.Scalar | undefined;
+            if (key?.range) lines[String(key.value)] = lineCounter.linePos(key.range[0]).line;
+        }
+    }
+    const files = (Array.isArray(data.write_files) ? data.write_files : []).map((entry: any, index: number) => ({
+        index,
+        path: String(entry?.path ?? ""),
+        content: decode(entry?.content, entry?.encoding),
+        permissions: entry?.permissions === undefined ? undefined : String(entry.permissions),
+    }));
+    return { text, data, files, lines };
+}
+
+function decode(content: unknown, encoding: unknown): string {
+    const text = content === undefined || content === null ? "" : String(content);
+    switch (String(encoding ?? "").toLowerCase()) {
+        case "b64":
+        case "base64":
+            return Buffer.from(text, "base64").toString("utf8");
+        case "gz":
+        case "gzip":
+            return zlib.gunzipSync(Buffer.from(text, "binary")).toString("utf8");
+        case "gz+b64":
+        case "gzip+base64":
+        case "gz+base64":
+        case "gzip+b64":
+            return zlib.gunzipSync(Buffer.from(text, "base64")).toString("utf8");
+        default:
+            return text;
+    }
+}
+
+/** Every string in the document with its key path (`runcmd[2]`, `write_files[0].content`). */
+export function stringLeaves(doc: CloudInitDoc): { path: string; value: string }[] {
+    if (!doc.data) return [{ path: "(script)", value: doc.text }];
+    const out: { path: string; value: string }[] = [];
+    const walk = (value: unknown, at: string) => {
+        if (typeof value === "string") out.push({ path: at, value });
+        else if (Array.isArray(value)) {
+            // runcmd/bootcmd entries may be argv lists: judge them as the command line too.
+            if (value.every((v) => typeof v === "string") && value.length > 1) out.push({ path: at, value: value.join(" ") });
+            value.forEach((v, i) => walk(v, `${at}[${i}]`));
+        } else if (value !== null && typeof value === "object") {
+            for (const [k, v] of Object.entries(value)) walk(v, at ? `${at}.${k}` : k);
+        }
+    };
+    walk({ ...doc.data, write_files: undefined }, "");
+    for (const file of doc.files) out.push({ path: `write_files[${file.index}] ${file.path}`, value: file.content });
+    return out;
+}

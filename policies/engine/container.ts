@@ -1,0 +1,189 @@
+import * as path from "node:path";
+import { isUnknown } from "./finding";
+
+/**
+ * One container, whatever described it (a compose service or a
+ * `docker:index/container:Container`), in the terms the container rules speak.
+ */
+export interface ContainerSpec {
+    name: string;
+    origin: "compose" | "docker:Container";
+    /** Line of the service in its compose file, where known. */
+    line?: number;
+    /** Unknown values are kept as Pulumi's unknown sentinel; rules report them as unverifiable. */
+    image?: unknown;
+    capDrop: string[];
+    capAdd: string[];
+    privileged: boolean;
+    securityOpt: string[];
+    /** namespace ("network", "pid", ...) -> mode ("host", "private", ...). */
+    namespaces: Record<string, string>;
+    devices: string[];
+    mounts: Mount[];
+    ports: PortBinding[];
+    pidsLimit?: unknown;
+    memoryLimit?: unknown;
+    /** Field names whose values were unknown (at preview) or unreadable. */
+    unknownFields: string[];
+}
+
+export interface Mount {
+    /** Host path for binds (may contain variables), volume name for volumes. */
+    source?: string;
+    target: string;
+    type: "bind" | "volume" | "tmpfs" | "other";
+}
+
+export interface PortBinding {
+    hostIp?: string;
+    published?: string;
+    target: string;
+    /** The declaration as written, for messages. */
+    text: string;
+}
+
+const asStrings = (value: unknown): string[] => (Array.isArray(value) ? value.map(String) : value === undefined || value === null ? [] : [String(value)]);
+
+export const normalizeCapability = (cap: string) => cap.trim().toUpperCase().replace(/^CAP_/, "");
+
+/** A compose service (already merged with what it extends) -> ContainerSpec. */
+export function fromComposeService(name: string, service: Record<string, any>, line?: number): ContainerSpec {
+    const limits = service.deploy?.resources?.limits ?? {};
+    const unknownFields = Object.entries(service)
+        .filter(([, v]) => isUnknown(v))
+        .map(([k]) => k);
+    return {
+        name,
+        origin: "compose",
+        line,
+        image: service.image,
+        capDrop: asStrings(service.cap_drop).map(normalizeCapability),
+        capAdd: asStrings(service.cap_add).map(normalizeCapability),
+        privileged: service.privileged === true || String(service.privileged).toLowerCase() === "true",
+        securityOpt: asStrings(service.security_opt),
+        namespaces: {
+            network: String(service.network_mode ?? ""),
+            pid: String(service.pid ?? ""),
+            ipc: String(service.ipc ?? ""),
+            userns: String(service.userns_mode ?? ""),
+            uts: String(service.uts ?? ""),
+            cgroup: String(service.cgroup ?? ""),
+        },
+        devices: [...asStrings(service.devices).map((d) => (typeof d === "string" ? d : JSON.stringify(d))), ...asStrings(service.device_cgroup_rules)],
+        mounts: (Array.isArray(service.volumes) ? service.volumes : []).map(composeMount),
+        ports: (Array.isArray(service.ports) ? service.ports : []).map(composePort),
+        pidsLimit: service.pids_limit ?? limits.pids,
+        memoryLimit: service.mem_limit ?? limits.memory,
+        unknownFields,
+    };
+}
+
+function composeMount(volume: unknown): Mount {
+    if (typeof volume === "string") {
+        // SOURCE:TARGET[:MODE] or TARGET; a source that looks like a path is a bind mount.
+        const parts = volume.split(":");
+        if (parts.length === 1) return { target: parts[0], type: "volume" };
+        const [source, target] = parts;
+        const isPath = /^([./~]|\$)/.test(source);
+        return { source, target, type: isPath ? "bind" : "volume" };
+    }
+    const long = (volume ?? {}) as { type?: string; source?: string; target?: string };
+    const type = long.type === "bind" || long.type === "volume" || long.type === "tmpfs" ? long.type : "other";
+    return { source: long.source, target: String(long.target ?? ""), type };
+}
+
+function composePort(port: unknown): PortBinding {
+    if (typeof port === "number") return { published: undefined, target: String(port), text: String(port) };
+    if (typeof port === "string") {
+        const spec = port.replace(/\/(tcp|udp|sctp)$/, "");
+        const v6 = /^\[([^\]]+)\]:([^:]*):(.+)$/.exec(spec);
+        if (v6) return { hostIp: v6[1], published: v6[2], target: v6[3], text: port };
+        const parts = spec.split(":");
+        if (parts.length >= 3) return { hostIp: parts.slice(0, -2).join(":"), published: parts[parts.length - 2], target: parts[parts.length - 1], text: port };
+        if (parts.length === 2) return { published: parts[0], target: parts[1], text: port };
+        return { target: parts[0], text: port };
+    }
+    const long = (port ?? {}) as { host_ip?: string; published?: unknown; target?: unknown };
+    return {
+        hostIp: long.host_ip,
+        published: long.published === undefined ? undefined : String(long.published),
+        target: String(long.target ?? ""),
+        text: JSON.stringify(port),
+    };
+}
+
+/** `docker:index/container:Container` inputs -> ContainerSpec. It has no pids limit, by design of the provider. */
+export function fromDockerContainer(name: string, inputs: Record<string, any>): ContainerSpec {
+    const unknownFields = Object.entries(inputs)
+        .filter(([, v]) => isUnknown(v))
+        .map(([k]) => k);
+    const mounts: Mount[] = [
+        ...(Array.isArray(inputs.volumes) ? inputs.volumes : []).map((v: any) =>
+            v.hostPath
+                ? { source: v.hostPath, target: String(v.containerPath ?? ""), type: "bind" as const }
+                : { source: v.volumeName, target: String(v.containerPath ?? ""), type: "volume" as const },
+        ),
+        ...(Array.isArray(inputs.mounts) ? inputs.mounts : []).map((m: any) => ({
+            source: m.source,
+            target: String(m.target ?? ""),
+            type: m.type === "bind" || m.type === "volume" || m.type === "tmpfs" ? m.type : ("other" as const),
+        })),
+    ];
+    return {
+        name: String(inputs.name ?? name),
+        origin: "docker:Container",
+        image: inputs.image,
+        capDrop: asStrings(inputs.capabilities?.drops).map(normalizeCapability),
+        capAdd: asStrings(inputs.capabilities?.adds).map(normalizeCapability),
+        privileged: inputs.privileged === true,
+        securityOpt: asStrings(inputs.securityOpts),
+        namespaces: {
+            network: String(inputs.networkMode ?? ""),
+            pid: String(inputs.pidMode ?? ""),
+            ipc: String(inputs.ipcMode ?? ""),
+            userns: String(inputs.usernsMode ?? ""),
+            uts: String(inputs.utsMode ?? ""),
+            cgroup: String(inputs.cgroupnsMode ?? ""),
+        },
+        devices: (Array.isArray(inputs.devices) ? inputs.devices : []).map((d: any) => String(d.hostPath ?? JSON.stringify(d))),
+        mounts,
+        ports: (Array.isArray(inputs.ports) ? inputs.ports : []).map((p: any) => ({
+            // The provider's default ip is 0.0.0.0.
+            hostIp: p.ip ?? "0.0.0.0",
+            published: p.external === undefined ? undefined : String(p.external),
+            target: String(p.internal ?? ""),
+            text: JSON.stringify(p),
+        })),
+        pidsLimit: undefined,
+        memoryLimit: inputs.memory,
+        unknownFields,
+    };
+}
+
+/**
+ * A host path with `~`, `$HOME` and `$XDG_RUNTIME_DIR` expanded to the shapes they
+ * take on a host (`/home/*`, `/run/user/*`); undefined when another variable makes it
+ * unknowable, or when it is not a host path at all.
+ */
+export function hostPathOf(source: string | undefined): string | undefined | "unknowable" {
+    if (!source) return undefined;
+    let p = source
+        .replace(/^~(?=\/|$)/, "/home/*")
+        .replace(/\$\{HOME\}|\$HOME\b/g, "/home/*")
+        .replace(/\$\{XDG_RUNTIME_DIR\}|\$XDG_RUNTIME_DIR\b/g, "/run/user/*");
+    if (/\$/.test(p)) return "unknowable";
+    if (!p.startsWith("/")) return undefined; // relative to the compose file, or a named volume
+    p = path.posix.normalize(p);
+    return p.length > 1 ? p.replace(/\/$/, "") : p;
+}
+
+/**
+ * True when the host path `dir` is `target` or one of its parent directories
+ * (`*` in either matches one path segment; /var/run is /run).
+ */
+export function coversPath(dir: string, target: string): boolean {
+    const segments = (p: string) => p.replace(/^\/var\/run(?=\/|$)/, "/run").split("/").filter(Boolean);
+    const a = segments(dir);
+    const b = segments(target);
+    return a.length <= b.length && a.every((segment, i) => segment === b[i] || segment === "*" || b[i] === "*");
+}

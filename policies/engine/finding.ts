@@ -1,0 +1,56 @@
+/** What every rule returns, and what every front end (pack, check, gate) prints. */
+
+export interface Problem {
+    message: string;
+    /** 1-based line in the artifact, where known. */
+    line?: number;
+    /** The service, keyword, key path or resource the problem is about. */
+    where?: string;
+    /** The rule needed a value it could not see: fail closed. */
+    unverifiable?: boolean;
+}
+
+export interface Finding extends Problem {
+    rule: string;
+    remediation: string;
+    /** The artifact file (check), or the artifact's path inside a resource (gate). */
+    file?: string;
+    /** URN of the resource the artifact came from (gate, pack). */
+    resource?: string;
+}
+
+export interface RuleInfo {
+    /** Kebab-case, named for what it asserts. */
+    id: string;
+    /** One or two sentences a reviewer understands. */
+    description: string;
+    /** How to fix a finding. */
+    remediation: string;
+}
+
+/** Values Pulumi uses for "not known yet" (engine and @pulumi/policy sentinels). */
+const UNKNOWN_SENTINELS = new Set([
+    "04da6b54-80e4-46f7-96ec-b56ff0331ba9",
+    "1c4a061d-8072-4f0a-a4cb-0ff528b18fe7",
+    "3eeb2bf0-c639-47a8-9e75-3b44932eb421",
+    "6a19a0b0-7e62-4c92-b797-7f8e31da9cc2",
+    "030794c1-ac77-496b-92df-f27374a8bd58",
+    "e48ece36-62e2-4504-bad9-02848725956a",
+    "dd056dcd-154b-4c76-9bd3-c8f88648b5ff",
+]);
+
+export function isUnknown(value: unknown): boolean {
+    return typeof value === "string" && UNKNOWN_SENTINELS.has(value);
+}
+
+/** True when the value or anything inside it is unknown. */
+export function containsUnknown(value: unknown): boolean {
+    if (isUnknown(value)) return true;
+    if (Array.isArray(value)) return value.some(containsUnknown);
+    if (value !== null && typeof value === "object") return Object.values(value).some(containsUnknown);
+    return false;
+}
+
+export function unverifiable(what: string, where?: string): Problem {
+    return { message: `unverifiable: ${what} is not known, so this rule cannot pass`, where, unverifiable: true };
+}

@@ -1,0 +1,166 @@
+import { artifactsOf } from "../../components/artifacts";
+import { RULES } from "../rules";
+import { parseHujson, wildcardProblems, tailnetAclNoWildcards } from "../rules/tailnet-acl-no-wildcards";
+import { CloudInitDoc, CloudInitParseError, parseCloudInit } from "./cloudInit";
+import { ComposeFile, ComposeParseError, parseCompose } from "./compose";
+import { fromDockerContainer } from "./container";
+import type { JudgeContext } from "./context";
+import { Finding, isUnknown, Problem, RuleInfo } from "./finding";
+import { PlannedResourceLike, TYPES } from "./resource";
+import type { Rule } from "./rule";
+import { parseSshd } from "./sshd";
+
+/**
+ * The one place artifacts meet rules. Every front end (the CrossGuard pack,
+ * `airlock check`, `airlock gate`, `airlock plan`) calls these functions.
+ */
+
+export type ArtifactKind = "compose" | "sshd" | "cloud-init";
+
+/** Where an artifact came from, stamped on its findings. */
+interface Origin {
+    file?: string;
+    resource?: string;
+}
+
+const rulesOf = <K extends Rule["kind"]>(kind: K) => RULES.filter((r): r is Extract<Rule, { kind: K }> => r.kind === kind);
+
+function stamp(rule: Pick<Rule, "id" | "remediation">, problems: Problem[], origin: Origin): Finding[] {
+    return problems.map((p) => ({ rule: rule.id, remediation: rule.remediation, ...origin, ...p }));
+}
+
+/** Findings about an artifact that cannot be judged at all (fail closed). */
+export const PARSE_RULES: RuleInfo[] = [
+    { id: "sshd-parses", description: "An sshd config must be self-contained (no Include) so all of it is judged.", remediation: "Inline the included settings; airlock configs are self-contained on purpose." },
+    { id: "compose-parses", description: "A compose file must parse and every `extends` must resolve before its services are judged.", remediation: "Fix the YAML and make every `extends` resolvable." },
+    { id: "cloud-init-parses", description: "user_data must be #cloud-config (or a script) that parses; MIME, Jinja or compressed user_data cannot be judged.", remediation: "Render plain #cloud-config." },
+];
+const parseRule = (kind: ArtifactKind) => PARSE_RULES.find((r) => r.id === `${kind}-parses`)!;
+
+function unparsable(kind: ArtifactKind, message: string, origin: Origin): Finding[] {
+    return stamp(parseRule(kind), [{ message: `unverifiable: ${message}`, unverifiable: true }], origin);
+}
+
+export function judgeSshd(text: string, ctx: JudgeContext, origin: Origin = {}, fragment = false): Finding[] {
+    const config = parseSshd(text, fragment);
+    const findings = rulesOf("sshd").flatMap((rule) => stamp(rule, rule.check(config, ctx), origin));
+    // An Include pulls in files nobody judged; in a whole config they could add listeners or env names.
+    const includes = config.lines.filter((l) => l.keyword === "include");
+    findings.push(
+        ...stamp(
+            parseRule("sshd"),
+            includes.map((l) => ({ message: `unverifiable: Include ${l.args.join(" ")} brings in files that are not judged`, line: l.line, where: "Include", unverifiable: true })),
+            origin,
+        ),
+    );
+    return findings;
+}
+
+export function judgeComposeFile(compose: ComposeFile, ctx: JudgeContext, origin: Origin = {}): Finding[] {
+    const resolution = stamp(parseRule("compose"), compose.problems, origin);
+    return [
+        ...resolution,
+        ...compose.containers.flatMap((container) => rulesOf("container").flatMap((rule) => stamp(rule, rule.check(container, ctx), origin))),
+    ];
+}
+
+export function judgeCompose(text: string, ctx: JudgeContext, origin: Origin = {}): Finding[] {
+    try {
+        return judgeComposeFile(parseCompose(text, origin.file), ctx, origin);
+    } catch (err) {
+        if (err instanceof ComposeParseError) return unparsable("compose", err.message, origin);
+        throw err;
+    }
+}
+
+/** Which embedded files are judged as what, by their path on the host. */
+export function embeddedKind(hostPath: string): { kind: "sshd" | "compose"; fragment: boolean } | undefined {
+    if (/^\/etc\/ssh\/sshd_config$|^\/etc\/airlock\/sshd_config(\.in)?$/.test(hostPath)) return { kind: "sshd", fragment: false };
+    if (/^\/etc\/ssh\/sshd_config\.d\/[^/]+\.conf$/.test(hostPath)) return { kind: "sshd", fragment: true };
+    if (/(^|\/)(docker-)?compose(\.[\w-]+)?\.ya?ml$/.test(hostPath)) return { kind: "compose", fragment: false };
+    return undefined;
+}
+
+export function judgeCloudInitDoc(doc: CloudInitDoc, ctx: JudgeContext, origin: Origin = {}): Finding[] {
+    const findings = rulesOf("cloud-init").flatMap((rule) => stamp(rule, rule.check(doc, ctx), origin));
+    for (const file of doc.files) {
+        const embedded = embeddedKind(file.path);
+        if (!embedded) continue;
+        const inner = { ...origin, file: `${origin.file ?? "user_data"} > ${file.path}` };
+        findings.push(
+            ...(embedded.kind === "sshd" ? judgeSshd(file.content, ctx, inner, embedded.fragment) : judgeCompose(file.content, ctx, inner)),
+        );
+    }
+    return findings;
+}
+
+export function judgeCloudInit(text: string, ctx: JudgeContext, origin: Origin = {}): Finding[] {
+    try {
+        return judgeCloudInitDoc(parseCloudInit(text), ctx, origin);
+    } catch (err) {
+        if (err instanceof CloudInitParseError) return unparsable("cloud-init", err.message, origin);
+        throw err;
+    }
+}
+
+/** Rendered files carried in a Stash, judged by what they are. */
+function judgeArtifacts(artifacts: Record<string, string>, ctx: JudgeContext, resource: string): Finding[] {
+    const findings: Finding[] = [];
+    const cloudInit = artifacts["cloud-init.yaml"];
+    let embeddedPaths = new Set<string>();
+    if (cloudInit !== undefined) {
+        findings.push(...judgeCloudInit(cloudInit, ctx, { file: "cloud-init.yaml", resource }));
+        try {
+            embeddedPaths = new Set(parseCloudInit(cloudInit).files.map((f) => f.path.replace(/^\//, "")));
+        } catch {
+            // already reported as unparsable
+        }
+    }
+    for (const [relative, content] of Object.entries(artifacts)) {
+        if (relative === "cloud-init.yaml" || embeddedPaths.has(relative)) continue;
+        const origin = { file: relative, resource };
+        if (relative.endsWith(".hujson")) {
+            try {
+                findings.push(...stamp(tailnetAclNoWildcards, wildcardProblems(parseHujson(content)), origin));
+            } catch (err) {
+                findings.push(...stamp(tailnetAclNoWildcards, [{ message: `unverifiable: ${(err as Error).message}`, unverifiable: true }], origin));
+            }
+            continue;
+        }
+        const embedded = embeddedKind(`/${relative}`);
+        if (embedded?.kind === "sshd") findings.push(...judgeSshd(content, ctx, origin, embedded.fragment));
+        if (embedded?.kind === "compose") findings.push(...judgeCompose(content, ctx, origin));
+    }
+    return findings;
+}
+
+/** All findings for one resource (no cross-resource rules). */
+export function judgeResource(resource: PlannedResourceLike, ctx: JudgeContext): Finding[] {
+    const origin = { resource: resource.urn };
+    const findings = rulesOf("resource")
+        .filter((rule) => rule.types.includes(resource.type))
+        .flatMap((rule) => stamp(rule, rule.check(resource, ctx), origin));
+
+    if (resource.type === TYPES.server) {
+        const userData = resource.inputs.userData;
+        // Unknown at preview: judged through its stashed artifact (see hcloud-servers-user-data-verifiable).
+        if (typeof userData === "string" && !isUnknown(userData)) findings.push(...judgeCloudInit(userData, ctx, { ...origin, file: "userData" }));
+    }
+    if (resource.type === TYPES.stash) {
+        const artifacts = artifactsOf(resource.inputs);
+        if (artifacts) findings.push(...judgeArtifacts(artifacts, ctx, resource.urn));
+    }
+    if (resource.type === TYPES.dockerContainer) {
+        const container = fromDockerContainer(resource.name, resource.inputs);
+        findings.push(...rulesOf("container").flatMap((rule) => stamp(rule, rule.check(container, ctx), origin)));
+    }
+    return findings;
+}
+
+/** Everything: each resource, then the rules that need the whole stack. */
+export function judgeResources(resources: PlannedResourceLike[], ctx: JudgeContext): Finding[] {
+    return [
+        ...resources.flatMap((r) => judgeResource(r, ctx)),
+        ...rulesOf("stack").flatMap((rule) => stamp(rule, rule.check(resources, ctx), {})),
+    ];
+}

@@ -1,0 +1,96 @@
+import type {
+    EnforcementLevel,
+    PolicyResource,
+    ReportViolation,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
+} from "@pulumi/policy";
+import { DEFAULT_CONTEXT, JudgeContext } from "./engine/context";
+import type { Finding } from "./engine/finding";
+import { formatForPolicy } from "./engine/format";
+import { judgeResource, PARSE_RULES } from "./engine/judge";
+import type { PlannedResourceLike } from "./engine/resource";
+import { RULES } from "./rules";
+
+/**
+ * The CrossGuard pack: one policy per rule id, a thin adapter over the same
+ * judge functions `airlock check` and `airlock gate` use. Enforcement levels and
+ * the judge context are set per policy with --policy-pack-config.
+ */
+
+/** Per-policy config (all optional): the deployment facts the rules need. */
+const CONFIG_SCHEMA = {
+    properties: {
+        agentUser: { type: "string" as const, default: DEFAULT_CONTEXT.agentUser },
+        envAllowlist: { type: "array" as const, items: { type: "string" as const }, default: DEFAULT_CONTEXT.envAllowlist },
+        retentionDays: { type: "integer" as const, minimum: 1, default: DEFAULT_CONTEXT.retentionDays },
+    },
+};
+
+function contextOf(args: { getConfig<T extends object>(): T }): JudgeContext {
+    return { ...DEFAULT_CONTEXT, ...args.getConfig<Partial<JudgeContext>>() };
+}
+
+/** @pulumi/policy wraps props in a proxy that throws on unknowns; rules want plain values with unknown sentinels. */
+export function plainProps(props: Record<string, any>): Record<string, unknown> {
+    const raw = (props as any).__getSpecialProxyTarget ?? props;
+    const unwrap = (value: any): unknown => {
+        if (Array.isArray(value)) return value.map(unwrap);
+        if (value !== null && typeof value === "object") {
+            // A Secret's plaintext is judged like any value; findings never echo secrets.
+            if (value.constructor?.name === "Secret" && "value" in value) return unwrap(value.value);
+            return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, unwrap(v)]));
+        }
+        return value;
+    };
+    return unwrap(raw) as Record<string, unknown>;
+}
+
+function asPlanned(r: { urn: string; type: string; name: string; props: Record<string, any>; parent?: PolicyResource }): PlannedResourceLike {
+    return { urn: r.urn, type: r.type, name: r.name, parent: r.parent?.urn, inputs: plainProps(r.props) };
+}
+
+// Each resource is judged once; every policy then reports its own rule's findings.
+const judged = new WeakMap<object, Finding[]>();
+
+function findingsFor(args: ResourceValidationArgs): Finding[] {
+    const key = args.props as object;
+    let findings = judged.get(key);
+    if (!findings) {
+        findings = judgeResource(asPlanned(args), contextOf(args));
+        judged.set(key, findings);
+    }
+    return findings;
+}
+
+function report(findings: Finding[], ruleId: string, reportViolation: ReportViolation, urn?: string): void {
+    for (const f of findings.filter((x) => x.rule === ruleId)) reportViolation(formatForPolicy(f), f.resource ?? urn);
+}
+
+export function airlockPolicies(enforcementLevel: EnforcementLevel = "mandatory"): (ResourceValidationPolicy | StackValidationPolicy)[] {
+    const perResource = [...RULES.filter((r) => r.kind !== "stack"), ...PARSE_RULES].map(
+        (rule): ResourceValidationPolicy => ({
+            name: rule.id,
+            description: `${rule.description} Fix: ${rule.remediation}`,
+            enforcementLevel,
+            configSchema: CONFIG_SCHEMA,
+            validateResource: (args, reportViolation) => report(findingsFor(args), rule.id, reportViolation, args.urn),
+        }),
+    );
+    const perStack = RULES.filter((r) => r.kind === "stack").map(
+        (rule): StackValidationPolicy => ({
+            name: rule.id,
+            description: `${rule.description} Fix: ${rule.remediation}`,
+            enforcementLevel,
+            configSchema: CONFIG_SCHEMA,
+            validateStack: (args: StackValidationArgs, reportViolation) => {
+                if (rule.kind !== "stack") return;
+                const problems = rule.check(args.resources.map(asPlanned), contextOf(args));
+                for (const p of problems) reportViolation(formatForPolicy({ ...p, rule: rule.id, remediation: rule.remediation }), p.where);
+            },
+        }),
+    );
+    return [...perResource, ...perStack];
+}

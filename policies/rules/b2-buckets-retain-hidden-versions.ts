@@ -1,0 +1,35 @@
+import type { Problem } from "../engine/finding";
+import type { Rule } from "../engine/rule";
+import { containsUnknown, unverifiable } from "../engine/finding";
+import { TYPES_B2, b2KindOf } from "../engine/b2";
+
+function objectLockDays(lock: any): number {
+    const period = lock?.period ?? lock?.defaultRetention?.period;
+    if (!period) return 0;
+    const unit = String(period.unit ?? "days").toLowerCase();
+    return Number(period.duration ?? 0) * (unit.startsWith("year") ? 365 : 1);
+}
+
+export const b2BucketsRetainHiddenVersions: Rule = {
+    kind: "resource",
+    types: TYPES_B2,
+    id: "b2-buckets-retain-hidden-versions",
+    description:
+        "A host can only hide files, so its bucket must keep hidden versions for at least the configured retention: no lifecycle " +
+        "rule may purge hidden files sooner (or Object Lock holds them at least that long).",
+    remediation: "Set daysFromHidingToDeleting >= airlock:backup.retentionDays on the bucket's lifecycle rules, or enable Object Lock with that default retention.",
+    check(resource, ctx) {
+        if (b2KindOf(resource) !== "bucket") return [];
+        const { lifecycleRules, defaultRetention } = resource.inputs;
+        if (containsUnknown(lifecycleRules) || containsUnknown(defaultRetention)) return [unverifiable("the bucket's retention", resource.name)];
+        if (objectLockDays(defaultRetention) >= ctx.retentionDays) return [];
+        const problems: Problem[] = [];
+        (Array.isArray(lifecycleRules) ? lifecycleRules : []).forEach((rule: any, i: number) => {
+            const days = rule?.daysFromHidingToDeleting;
+            if (days !== undefined && days !== null && Number(days) < ctx.retentionDays) {
+                problems.push({ message: `lifecycleRules[${i}] deletes hidden versions after ${days} days (< ${ctx.retentionDays})`, where: `lifecycleRules[${i}]` });
+            }
+        });
+        return problems;
+    },
+};

@@ -1,0 +1,19 @@
+import type { Rule } from "../engine/rule";
+
+const BROWSER = /(headless-shell|chrom(e|ium)|browserless|playwright|puppeteer|selenium)/i;
+
+export const containersBrowserNoWorkspace: Rule = {
+    kind: "container",
+    id: "containers-browser-no-workspace",
+    description:
+        "The headless browser (reachable over CDP from the gateway) mounts nothing at /workspace: a page it loads must not " +
+        "reach the agent's files.",
+    remediation: "Remove the /workspace mount from the browser service; exchange files through the agent's shell instead.",
+    check(c) {
+        const isBrowser = BROWSER.test(c.name) || /browser/i.test(c.name) || (typeof c.image === "string" && BROWSER.test(c.image));
+        if (!isBrowser) return [];
+        return c.mounts
+            .filter((m) => /^\/workspace(\/|$)/.test(m.target))
+            .map((m) => ({ message: `browser service ${c.name} mounts ${m.target}`, line: c.line, where: c.name }));
+    },
+};

@@ -1,0 +1,16 @@
+import type { Rule } from "../engine/rule";
+import { isUnknown, unverifiable } from "../engine/finding";
+
+const PINNED = /@sha256:[0-9a-f]{64}$/;
+
+export const containersImagesPinnedByDigest: Rule = {
+    kind: "container",
+    id: "containers-images-pinned-by-digest",
+    description: "Every image is pinned by digest (name@sha256:...), so what was reviewed is what runs; a tag, :latest or no tag fails.",
+    remediation: "Pin the image: `docker buildx imagetools inspect <image>:<tag>` gives the digest; write `<image>:<tag>@sha256:<digest>`.",
+    check(c) {
+        if (isUnknown(c.image)) return [unverifiable(`the image of ${c.name}`, c.name)];
+        if (typeof c.image !== "string" || c.image === "") return [{ message: `${c.name} has no image (a local build is not pinned)`, line: c.line, where: c.name }];
+        return PINNED.test(c.image) ? [] : [{ message: `${c.name} image ${c.image} is not pinned by digest`, line: c.line, where: c.name }];
+    },
+};

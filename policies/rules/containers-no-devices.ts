@@ -1,0 +1,9 @@
+import type { Rule } from "../engine/rule";
+
+export const containersNoDevices: Rule = {
+    kind: "container",
+    id: "containers-no-devices",
+    description: "No container gets host devices (devices, device_cgroup_rules).",
+    remediation: "Remove the devices / device_cgroup_rules entries.",
+    check: (c) => c.devices.map((d) => ({ message: `${c.name} maps host device ${d}`, line: c.line, where: c.name })),
+};

@@ -1,0 +1,12 @@
+import type { Rule } from "../engine/rule";
+
+export const containersNoHostNamespaces: Rule = {
+    kind: "container",
+    id: "containers-no-host-namespaces",
+    description: "No container shares the host's network, pid, ipc, user, uts or cgroup namespace.",
+    remediation: "Remove network_mode/pid/ipc/userns_mode/uts/cgroup: host; publish ports explicitly instead of host networking.",
+    check: (c) =>
+        Object.entries(c.namespaces)
+            .filter(([, mode]) => mode.toLowerCase() === "host")
+            .map(([ns]) => ({ message: `${c.name} uses the host ${ns} namespace`, line: c.line, where: c.name })),
+};

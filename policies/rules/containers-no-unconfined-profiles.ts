@@ -1,0 +1,14 @@
+import type { Rule } from "../engine/rule";
+
+const UNCONFINED = /^(seccomp[:=]unconfined|apparmor[:=]unconfined|label[:=]disable|systempaths[:=]unconfined)$/;
+
+export const containersNoUnconfinedProfiles: Rule = {
+    kind: "container",
+    id: "containers-no-unconfined-profiles",
+    description: "No container turns off seccomp, AppArmor, SELinux labels or masked system paths.",
+    remediation: "Remove seccomp=unconfined / apparmor=unconfined / label=disable / systempaths=unconfined from security_opt.",
+    check: (c) =>
+        c.securityOpt
+            .filter((o) => UNCONFINED.test(o.replace(/\s/g, "").toLowerCase()))
+            .map((o) => ({ message: `${c.name} sets security_opt ${o}`, line: c.line, where: c.name })),
+};

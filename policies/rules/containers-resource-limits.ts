@@ -1,0 +1,27 @@
+import type { Problem } from "../engine/finding";
+import type { Rule } from "../engine/rule";
+import { isUnknown, unverifiable } from "../engine/finding";
+
+/** A limit is present and finite: not missing, not 0/-1 (both mean "unlimited"). */
+function finite(value: unknown): boolean {
+    if (value === undefined || value === null || value === "") return false;
+    const text = String(value).trim().toLowerCase();
+    return !["0", "-1", "unlimited", "max"].includes(text);
+}
+
+export const containersResourceLimits: Rule = {
+    kind: "container",
+    id: "containers-resource-limits",
+    description:
+        "Every container has a finite pids limit and memory limit, so a fork bomb or a leak stays inside it. " +
+        "(A docker Container resource has no pids limit: run such workloads from the rendered compose file.)",
+    remediation: "Set `pids_limit: 256` and `mem_limit: 3g` (or deploy.resources.limits.pids / memory).",
+    check(c) {
+        const problems: Problem[] = [];
+        for (const [label, value] of [["pids", c.pidsLimit], ["memory", c.memoryLimit]] as const) {
+            if (isUnknown(value)) problems.push(unverifiable(`the ${label} limit of ${c.name}`, c.name));
+            else if (!finite(value)) problems.push({ message: `${c.name} has no finite ${label} limit`, line: c.line, where: c.name });
+        }
+        return problems;
+    },
+};

@@ -1,0 +1,28 @@
+import type { Rule } from "../engine/rule";
+import { isUnknown } from "../engine/finding";
+import { artifactsOf } from "../../components/artifacts";
+import { TYPES } from "../engine/resource";
+
+export const hcloudServersUserDataVerifiable: Rule = {
+    kind: "stack",
+    id: "hcloud-servers-user-data-verifiable",
+    description:
+        "A server's user_data is judged where it is known: directly, or - at preview, when only the tailnet key is still unknown - " +
+        "through the cloud-init.yaml artifact its component stashes next to it. A server with neither fails closed.",
+    remediation: "Render user_data from known values, and carry the rendered document in a pulumi.Stash beside the server (see components/host.ts).",
+    check(resources) {
+        return resources
+            .filter((r) => r.type === TYPES.server && isUnknown(r.inputs.userData))
+            .filter(
+                (server) =>
+                    !resources.some(
+                        (r) => r.type === TYPES.stash && r.parent !== undefined && r.parent === server.parent && artifactsOf(r.inputs)?.["cloud-init.yaml"] !== undefined,
+                    ),
+            )
+            .map((server) => ({
+                message: `unverifiable: user_data of ${server.name} is unknown and no rendered cloud-init.yaml is stashed beside it`,
+                where: server.urn,
+                unverifiable: true,
+            }));
+    },
+};

@@ -1,0 +1,73 @@
+import type { Rule } from "../engine/rule";
+import { b2BucketsRetainHiddenVersions } from "./b2-buckets-retain-hidden-versions";
+import { b2HostKeysLeastPrivilege } from "./b2-host-keys-least-privilege";
+import { cloudInitNoPasswordlessSudoForAgent } from "./cloud-init-no-passwordless-sudo-for-agent";
+import { cloudInitNoPipeToShell } from "./cloud-init-no-pipe-to-shell";
+import { cloudInitNoSecrets } from "./cloud-init-no-secrets";
+import { cloudInitNoTailscaleSsh } from "./cloud-init-no-tailscale-ssh";
+import { cloudInitSshPasswordAuthOff } from "./cloud-init-ssh-password-auth-off";
+import { containersAddOnlyAllowedCapabilities } from "./containers-add-only-allowed-capabilities";
+import { containersBrowserNoWorkspace } from "./containers-browser-no-workspace";
+import { containersDropAllCapabilities } from "./containers-drop-all-capabilities";
+import { containersImagesPinnedByDigest } from "./containers-images-pinned-by-digest";
+import { containersNoDevices } from "./containers-no-devices";
+import { containersNoDockerSocket } from "./containers-no-docker-socket";
+import { containersNoHostNamespaces } from "./containers-no-host-namespaces";
+import { containersNoHostSecretMounts } from "./containers-no-host-secret-mounts";
+import { containersNoNewPrivileges } from "./containers-no-new-privileges";
+import { containersNoUnconfinedProfiles } from "./containers-no-unconfined-profiles";
+import { containersNotPrivileged } from "./containers-not-privileged";
+import { containersPortsPrivateOnly } from "./containers-ports-private-only";
+import { containersResourceLimits } from "./containers-resource-limits";
+import { hcloudFirewallNoPublicInboundTcp } from "./hcloud-firewall-no-public-inbound-tcp";
+import { hcloudServersHaveFirewall } from "./hcloud-servers-have-firewall";
+import { hcloudServersUserDataVerifiable } from "./hcloud-servers-user-data-verifiable";
+import { sshdAcceptEnvAllowlist } from "./sshd-accept-env-allowlist";
+import { sshdAgentForceCommand } from "./sshd-agent-force-command";
+import { sshdForwardingDisabled } from "./sshd-forwarding-disabled";
+import { sshdListenTailnetOnly } from "./sshd-listen-tailnet-only";
+import { sshdNoPasswordAuth } from "./sshd-no-password-auth";
+import { sshdNoRootLogin } from "./sshd-no-root-login";
+import { sshdNoTunnel } from "./sshd-no-tunnel";
+import { sshdNoUserEnvironment } from "./sshd-no-user-environment";
+import { sshdNoX11Forwarding } from "./sshd-no-x11-forwarding";
+import { tailnetAclNoWildcards } from "./tailnet-acl-no-wildcards";
+import { tailscaleKeysSingleUse } from "./tailscale-keys-single-use";
+
+/** Every rule, one per file in this folder. The pack, `airlock check` and `airlock gate` all use this list. */
+export const RULES: Rule[] = [
+    b2BucketsRetainHiddenVersions,
+    b2HostKeysLeastPrivilege,
+    cloudInitNoPasswordlessSudoForAgent,
+    cloudInitNoPipeToShell,
+    cloudInitNoSecrets,
+    cloudInitNoTailscaleSsh,
+    cloudInitSshPasswordAuthOff,
+    containersAddOnlyAllowedCapabilities,
+    containersBrowserNoWorkspace,
+    containersDropAllCapabilities,
+    containersImagesPinnedByDigest,
+    containersNoDevices,
+    containersNoDockerSocket,
+    containersNoHostNamespaces,
+    containersNoHostSecretMounts,
+    containersNoNewPrivileges,
+    containersNoUnconfinedProfiles,
+    containersNotPrivileged,
+    containersPortsPrivateOnly,
+    containersResourceLimits,
+    hcloudFirewallNoPublicInboundTcp,
+    hcloudServersHaveFirewall,
+    hcloudServersUserDataVerifiable,
+    sshdAcceptEnvAllowlist,
+    sshdAgentForceCommand,
+    sshdForwardingDisabled,
+    sshdListenTailnetOnly,
+    sshdNoPasswordAuth,
+    sshdNoRootLogin,
+    sshdNoTunnel,
+    sshdNoUserEnvironment,
+    sshdNoX11Forwarding,
+    tailnetAclNoWildcards,
+    tailscaleKeysSingleUse,
+];

@@ -1,0 +1,26 @@
+import { ENV_NAME, FORBIDDEN_ENV } from "../../components/config/schema";
+import type { Problem } from "../engine/finding";
+import type { Rule } from "../engine/rule";
+import { allValues } from "../engine/sshd";
+
+export const sshdAcceptEnvAllowlist: Rule = {
+    kind: "sshd",
+    id: "sshd-accept-env-allowlist",
+    description:
+        "AcceptEnv may name only the configured allowlist (default GITHUB_TOKEN), each exactly: no wildcards, and never a " +
+        "variable that changes how programs run (LD_*, BASH_ENV, ENV, PATH, ...).",
+    remediation: "List exact names from airlock:agent.envAllowlist in AcceptEnv and nothing else (drop distribution defaults like `AcceptEnv LANG LC_*`).",
+    check(config, ctx) {
+        const problems: Problem[] = [];
+        for (const setting of allValues(config, "acceptenv")) {
+            for (const name of setting.value) {
+                let why: string | undefined;
+                if (!ENV_NAME.test(name)) why = "is not one exact upper-case name (wildcards are not allowed)";
+                else if (FORBIDDEN_ENV.test(name)) why = "changes how programs run";
+                else if (!ctx.envAllowlist.includes(name)) why = `is not in the allowlist (${ctx.envAllowlist.join(", ")})`;
+                if (why) problems.push({ message: `AcceptEnv ${name} ${why}`, line: setting.line, where: "AcceptEnv" });
+            }
+        }
+        return problems;
+    },
+};
