@@ -11,6 +11,14 @@ export interface HostServerArgs {
     location: string;
     image: string;
     protect: boolean;
+    extraInboundRules: ExtraInboundRule[];
+}
+
+export interface ExtraInboundRule {
+    protocol: string;
+    port?: string;
+    sourceIps: string[];
+    description?: string;
 }
 
 /** Arguments shared by GatewayHost and SandboxHost. */
@@ -32,10 +40,12 @@ const ANYWHERE = ["0.0.0.0/0", "::/0"];
  * at all. Everything else reaches a host over the tailnet, which this firewall
  * never sees (it is encrypted inside the UDP flow).
  */
-export function hostFirewallRules(): hcloud.types.input.FirewallRule[] {
+export function hostFirewallRules(extra: ExtraInboundRule[] = []): hcloud.types.input.FirewallRule[] {
     return [
         { direction: "in", protocol: "udp", port: TAILSCALE_DIRECT_PORT, sourceIps: ANYWHERE, description: "Tailscale direct connections" },
         { direction: "in", protocol: "icmp", sourceIps: ANYWHERE, description: "ICMP (path MTU discovery, ping)" },
+        // Stack-configured loosening; the policy gate judges each one.
+        ...extra.map((rule) => ({ direction: "in", ...rule })),
     ];
 }
 
@@ -61,7 +71,7 @@ export function provisionHost(
 
     const firewall = new hcloud.Firewall(
         `${name}-firewall`,
-        { name: `${rendered.hostname}-firewall`, labels, rules: hostFirewallRules() },
+        { name: `${rendered.hostname}-firewall`, labels, rules: hostFirewallRules(args.server.extraInboundRules) },
         { parent },
     );
 

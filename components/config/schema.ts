@@ -42,6 +42,17 @@ const sshPublicKey = z
 
 const tailscaleTag = z.string().regex(/^tag:[a-z0-9][a-z0-9-]{0,62}$/, "expected a tag like tag:airlock-dev-sandbox");
 
+/**
+ * An extra inbound firewall rule. A loosening on purpose: it is visible in the stack
+ * file, and the policy gate judges it (hcloud-firewall-no-public-inbound-tcp).
+ */
+const inboundRule = z.strictObject({
+    protocol: z.enum(["tcp", "udp", "icmp", "esp", "gre"]),
+    port: z.string().regex(/^\d{1,5}(-\d{1,5})?$/, "expected a port or a range like 8000-8010").optional(),
+    sourceIps: z.array(z.string().regex(/^[0-9a-fA-F:.]+\/\d{1,3}$/, "expected a CIDR like 203.0.113.7/32")).min(1),
+    description: z.string().max(255).optional(),
+});
+
 const host = z.strictObject({
     serverType: z.enum(SERVER_TYPES),
     location: z.enum(LOCATIONS),
@@ -49,6 +60,8 @@ const host = z.strictObject({
     image: z.string().regex(/^debian-1[2-9]$/, "expected a Debian image such as debian-12").default("debian-12"),
     /** Pulumi `protect` on the server: `pulumi destroy` refuses until it is lifted. */
     protect: z.boolean().default(false),
+    /** Beyond Tailscale's UDP port and ICMP; empty by default, and every one is gated. */
+    extraInboundRules: z.array(inboundRule).default([]),
 });
 
 const stackConfigBase = z.strictObject({

@@ -16,7 +16,7 @@ const PATTERNS: [string, RegExp][] = [
 ];
 
 /** NAME=value / name: value where NAME says it is a secret and the value looks random. */
-const ASSIGNMENT = /\b([A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIALS?)[A-Za-z0-9_]*)\s*[:=]\s*["']?([^\s"'$]{16,})/gi;
+const ASSIGNMENT = /\b([A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|APPLICATION_?KEY|PRIVATE_?KEY|_KEY\b|CREDENTIALS?)[A-Za-z0-9_]*)\s*[:=]\s*["']?([^\s"'$]{16,})/gi;
 
 function entropy(text: string): number {
     const counts = new Map<string, number>();

@@ -1,0 +1,74 @@
+import * as YAML from "yaml";
+import { describe, expect, it } from "vitest";
+import { readStackFile } from "../../components/config/load";
+import { renderGateway, renderSandbox, TAILNET_AUTH_KEY_PATH, withTailnetKey } from "../../components/render/hosts";
+import { fakeTailnetKey, stackFile } from "../helpers/stacks";
+import { cloudInit, ruleIds } from "./helpers";
+
+const cfg = readStackFile(stackFile("dev"));
+const sandboxUserData = withTailnetKey(renderSandbox(cfg).cloudInit, fakeTailnetKey());
+const gatewayUserData = withTailnetKey(renderGateway(cfg).cloudInit, fakeTailnetKey());
+
+/** Edit the parsed document, render it back. */
+function edited(change: (doc: Record<string, any>) => void, text = sandboxUserData): string {
+    const doc = YAML.parse(text);
+    change(doc);
+    return `#cloud-config\n${YAML.stringify(doc)}`;
+}
+
+const secret = {
+    github: () => ["ghp", "AbCdEf0123456789AbCdEf0123456789AbCd"].join("_"),
+    privateKey: () => ["-----BEGIN OPENSSH", "PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----"].join(" "),
+    b2: () => ["K0", "05vX8Qm2LpR7sT1uW3yZ9aBcDeFgH"].join(""),
+    generic: () => `API_TOKEN=${["q8Zr", "T2mX", "v9Lp", "K4wN", "e7Yb"].join("")}`,
+};
+
+describe("cloud-init rules", () => {
+    it.each([["sandbox", sandboxUserData], ["gateway", gatewayUserData]])("airlock's %s user_data passes, join key included", (_, text) => {
+        expect(cloudInit(text)).toEqual([]);
+    });
+
+    it.each<[string, string, string]>([
+        ["ssh_pwauth: true", edited((d) => (d.ssh_pwauth = true)), "cloud-init-ssh-password-auth-off"],
+        ["ssh_pwauth: yes", edited((d) => (d.ssh_pwauth = "yes")), "cloud-init-ssh-password-auth-off"],
+        ["a GitHub token in runcmd", edited((d) => d.runcmd.push(`echo ${secret.github()} > /root/t`)), "cloud-init-no-secrets"],
+        ["a private key in write_files", edited((d) => d.write_files.push({ path: "/root/.ssh/id_ed25519", content: secret.privateKey() })), "cloud-init-no-secrets"],
+        ["a B2 key in an env file", edited((d) => d.write_files.push({ path: "/etc/airlock/b2.env", content: `B2_APPLICATION_KEY=${secret.b2()}\n` })), "cloud-init-no-secrets"],
+        ["a high-entropy NAME=value", edited((d) => d.write_files.push({ path: "/etc/x.env", content: `${secret.generic()}\n` })), "cloud-init-no-secrets"],
+        ["a base64-encoded secret", edited((d) => d.write_files.push({ path: "/etc/y", encoding: "b64", content: Buffer.from(secret.github()).toString("base64") })), "cloud-init-no-secrets"],
+        ["a tailnet key outside its file", edited((d) => d.runcmd.push(`tailscale up --auth-key=${fakeTailnetKey()}`)), "cloud-init-no-secrets"],
+        ["something else in the key file", edited((d) => d.write_files.find((f: any) => f.path === TAILNET_AUTH_KEY_PATH).content = "hunter2"), "cloud-init-no-secrets"],
+        ["tailscale up --ssh", edited((d) => d.runcmd.push("tailscale up --ssh --auth-key=file:/k")), "cloud-init-no-tailscale-ssh"],
+        ["tailscale set --ssh in a script", edited((d) => d.write_files.push({ path: "/usr/local/sbin/x", content: "#!/bin/sh\ntailscale set --ssh\n" })), "cloud-init-no-tailscale-ssh"],
+        ["tailscale up --ssh as argv", edited((d) => d.runcmd.push(["tailscale", "up", "--ssh"])), "cloud-init-no-tailscale-ssh"],
+        ["curl | sh", edited((d) => d.runcmd.push("curl -fsSL https://get.example.com | sh")), "cloud-init-no-pipe-to-shell"],
+        ["wget | sudo bash", edited((d) => d.runcmd.push("wget -qO- https://x.example/i.sh | sudo -E bash")), "cloud-init-no-pipe-to-shell"],
+        ['sh -c "$(curl ...)"', edited((d) => d.runcmd.push('sh -c "$(curl -fsSL https://x.example/i.sh)"')), "cloud-init-no-pipe-to-shell"],
+        ["agent with NOPASSWD sudo", edited((d) => (d.users[0].sudo = "ALL=(ALL) NOPASSWD:ALL")), "cloud-init-no-passwordless-sudo-for-agent"],
+        ["agent in the docker group", edited((d) => (d.users[0].groups = "users, docker")), "cloud-init-no-passwordless-sudo-for-agent"],
+        ["a sudoers drop-in for the agent", edited((d) => d.write_files.push({ path: "/etc/sudoers.d/agent", content: "agent ALL=(ALL) NOPASSWD: ALL\n" })), "cloud-init-no-passwordless-sudo-for-agent"],
+        ["an embedded sshd config that loosens", edited((d) => (d.write_files.find((f: any) => f.path === "/etc/airlock/sshd_config.in").content = "PermitRootLogin yes\n" + d.write_files.find((f: any) => f.path === "/etc/airlock/sshd_config.in").content)), "sshd-no-root-login"],
+        ["an sshd drop-in that enables passwords", edited((d) => d.write_files.push({ path: "/etc/ssh/sshd_config.d/50-cloud-init.conf", content: "PasswordAuthentication yes\n" })), "sshd-no-password-auth"],
+        ["an embedded compose with a socket", edited((d) => d.write_files.push({ path: "/home/agent/compose.yml", content: "services:\n  x:\n    image: a\n" })), "containers-drop-all-capabilities"],
+        ["MIME user_data", "Content-Type: multipart/mixed\n", "cloud-init-parses"],
+    ])("%s", (_, text, rule) => {
+        expect(ruleIds(cloudInit(text))).toContain(rule);
+        if (!rule.startsWith("containers-")) expect(ruleIds(cloudInit(text))).toEqual([rule]);
+    });
+
+    it("never echoes a secret in a finding", () => {
+        const token = secret.github();
+        const findings = cloudInit(edited((d) => d.runcmd.push(`echo ${token}`)));
+        expect(JSON.stringify(findings)).not.toContain(token);
+    });
+
+    it.each<[string, string]>([
+        ["an sshd drop-in that only tightens", edited((d) => d.write_files.push({ path: "/etc/ssh/sshd_config.d/10-tight.conf", content: "PasswordAuthentication no\nX11Forwarding no\n" }))],
+        ["a checksum-verified download", edited((d) => d.runcmd.push("curl -fsSLo /tmp/i.sh https://x.example/i.sh && sha256sum -c /tmp/i.sum && sh /tmp/i.sh"))],
+        ["tailscale up --ssh=false", edited((d) => d.runcmd.push("tailscale up --ssh=false"))],
+        ["a 64-hex sha256 digest", edited((d) => d.runcmd.push(`echo ${"ab".repeat(32)} > /tmp/digest`))],
+        ["an operator with sudo", edited((d) => d.users.push({ name: "ops", sudo: "ALL=(ALL) NOPASSWD:ALL" }), gatewayUserData)],
+    ])("legitimate: %s", (_, text) => {
+        expect(cloudInit(text)).toEqual([]);
+    });
+});

@@ -1,0 +1,162 @@
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { describe, expect, it } from "vitest";
+import { compose, composeText, DIGEST, hardenedService, resource, resources, ruleIds } from "./helpers";
+import { tempDir } from "../helpers/stacks";
+
+/** Change ONE property of a hardened service; expect exactly the matching rule. */
+const violations: [string, (s: Record<string, any>) => void, string][] = [
+    ["no cap_drop", (s) => delete s.cap_drop, "containers-drop-all-capabilities"],
+    ["cap_drop without ALL", (s) => (s.cap_drop = ["NET_RAW"]), "containers-drop-all-capabilities"],
+    ["cap_add NET_ADMIN", (s) => s.cap_add.push("NET_ADMIN"), "containers-add-only-allowed-capabilities"],
+    ["cap_add SYS_ADMIN with CAP_ prefix", (s) => s.cap_add.push("CAP_SYS_ADMIN"), "containers-add-only-allowed-capabilities"],
+    ["cap_add ALL", (s) => (s.cap_add = ["ALL"]), "containers-add-only-allowed-capabilities"],
+    ["privileged", (s) => (s.privileged = true), "containers-not-privileged"],
+    ["no no-new-privileges", (s) => (s.security_opt = []), "containers-no-new-privileges"],
+    ["no-new-privileges:false", (s) => (s.security_opt = ["no-new-privileges:false"]), "containers-no-new-privileges"],
+    ["seccomp=unconfined", (s) => s.security_opt.push("seccomp=unconfined"), "containers-no-unconfined-profiles"],
+    ["apparmor:unconfined", (s) => s.security_opt.push("apparmor:unconfined"), "containers-no-unconfined-profiles"],
+    ["network_mode host", (s) => (s.network_mode = "host"), "containers-no-host-namespaces"],
+    ["pid host", (s) => (s.pid = "host"), "containers-no-host-namespaces"],
+    ["ipc host", (s) => (s.ipc = "host"), "containers-no-host-namespaces"],
+    ["userns_mode host", (s) => (s.userns_mode = "host"), "containers-no-host-namespaces"],
+    ["a device", (s) => (s.devices = ["/dev/fuse:/dev/fuse"]), "containers-no-devices"],
+    ["image by tag", (s) => (s.image = "registry.example/agent-shell:1.0"), "containers-images-pinned-by-digest"],
+    ["image :latest", (s) => (s.image = "nginx:latest"), "containers-images-pinned-by-digest"],
+    ["image without tag", (s) => (s.image = "nginx"), "containers-images-pinned-by-digest"],
+    ["build without image", (s) => { delete s.image; s.build = "."; }, "containers-images-pinned-by-digest"],
+    ["rootful socket, short syntax", (s) => s.volumes.push("/var/run/docker.sock:/var/run/docker.sock"), "containers-no-docker-socket"],
+    ["rootful socket under /run", (s) => s.volumes.push("/run/docker.sock:/sock"), "containers-no-docker-socket"],
+    ["rootless socket", (s) => s.volumes.push("/run/user/1000/docker.sock:/var/run/docker.sock"), "containers-no-docker-socket"],
+    ["rootless socket via XDG_RUNTIME_DIR", (s) => s.volumes.push("${XDG_RUNTIME_DIR}/docker.sock:/d.sock"), "containers-no-docker-socket"],
+    ["socket, long syntax", (s) => s.volumes.push({ type: "bind", source: "/var/run/docker.sock", target: "/d.sock" }), "containers-no-docker-socket"],
+    ["parent /var/run", (s) => s.volumes.push("/var/run:/host-run"), "containers-no-docker-socket"],
+    ["parent /run/user", (s) => s.volumes.push("/run/user:/x:ro"), "containers-no-docker-socket"],
+    ["/etc", (s) => s.volumes.push("/etc:/host-etc:ro"), "containers-no-host-secret-mounts"],
+    ["~/.ssh", (s) => s.volumes.push("~/.ssh:/root/.ssh:ro"), "containers-no-host-secret-mounts"],
+    ["/root", (s) => s.volumes.push({ type: "bind", source: "/root", target: "/r" }), "containers-no-host-secret-mounts"],
+    ["/home (parent of ~/.ssh)", (s) => s.volumes.push("/home:/home"), "containers-no-host-secret-mounts"],
+    ["port without host IP", (s) => s.ports.push("3000:3000"), "containers-ports-private-only"],
+    ["port on 0.0.0.0", (s) => s.ports.push("0.0.0.0:3000:3000"), "containers-ports-private-only"],
+    ["container port only", (s) => s.ports.push(3000), "containers-ports-private-only"],
+    ["long port without host_ip", (s) => s.ports.push({ target: 3000, published: 3000 }), "containers-ports-private-only"],
+    ["port on a public address", (s) => s.ports.push("203.0.113.5:443:443"), "containers-ports-private-only"],
+    ["port on [::]", (s) => s.ports.push("[::]:443:443"), "containers-ports-private-only"],
+    ["no pids limit", (s) => delete s.pids_limit, "containers-resource-limits"],
+    ["unlimited pids", (s) => (s.pids_limit = -1), "containers-resource-limits"],
+    ["no memory limit", (s) => delete s.mem_limit, "containers-resource-limits"],
+];
+
+describe("container rules on compose", () => {
+    it("a hardened service passes every rule", () => {
+        expect(compose(composeText({ shell: hardenedService() }))).toEqual([]);
+    });
+
+    it.each(violations)("%s -> %s", (_, change, rule) => {
+        const service = hardenedService();
+        change(service);
+        const findings = compose(composeText({ shell: service }), "compose.yml");
+        expect(ruleIds(findings)).toEqual([rule]);
+        expect(findings[0].line).toBe(2);
+        expect(findings[0].file).toBe("compose.yml");
+        expect(findings[0].remediation.length).toBeGreaterThan(10);
+    });
+
+    it("the browser may not mount /workspace", () => {
+        const browser = { ...hardenedService(), image: `chromedp/headless-shell:126@${DIGEST}`, volumes: ["ws:/workspace"], ports: ["100.100.7.1:9222:9222"] };
+        expect(ruleIds(compose(composeText({ browser })))).toEqual(["containers-browser-no-workspace"]);
+        expect(compose(composeText({ browser: { ...browser, volumes: [] } }))).toEqual([]);
+    });
+
+    it.each<[string, (s: Record<string, any>) => void]>([
+        ["lower-case cap_drop all", (s) => (s.cap_drop = ["all"])],
+        ["no-new-privileges=true spelling", (s) => (s.security_opt = ["no-new-privileges=true"])],
+        ["IPv6 loopback port", (s) => s.ports.push("[::1]:8081:80")],
+        ["tailnet IPv6 port", (s) => s.ports.push({ host_ip: "fd7a:115c:a1e0::5", target: 80, published: 8082 })],
+        ["tailnet placeholder port", (s) => s.ports.push("@TAILNET_IPV4@:9223:9222")],
+        ["expose without publishing", (s) => (s.expose = ["9000"])],
+        ["project directory bind", (s) => s.volumes.push("/srv/project:/workspace/project")],
+        ["agent home subdirectory", (s) => s.volumes.push("/home/agent/cache:/cache")],
+        ["deploy limits instead of top-level", (s) => { delete s.pids_limit; delete s.mem_limit; s.deploy = { resources: { limits: { pids: 128, memory: "1g" } } }; }],
+        ["tmpfs on /run", (s) => s.volumes.push({ type: "tmpfs", target: "/run" })],
+    ])("legitimate: %s", (_, change) => {
+        const service = hardenedService();
+        change(service);
+        expect(compose(composeText({ shell: service }))).toEqual([]);
+    });
+
+    it("resolves anchors and merge keys before judging", () => {
+        const text = [
+            "x-hardened: &hardened",
+            `  image: registry.example/a@${DIGEST}`,
+            "  cap_drop: [ALL]",
+            "  security_opt: [no-new-privileges:true]",
+            "  pids_limit: 256",
+            "  mem_limit: 1g",
+            "services:",
+            "  good:",
+            "    <<: *hardened",
+            "  bad:",
+            "    <<: *hardened",
+            "    privileged: true",
+        ].join("\n");
+        const findings = compose(text);
+        expect(findings.map((f) => `${f.where}:${f.rule}`)).toEqual(["bad:containers-not-privileged"]);
+    });
+
+    it("resolves extends in the same file and in another file", () => {
+        const dir = tempDir("extends");
+        fs.writeFileSync(path.join(dir, "base.yml"), composeText({ base: { ...hardenedService(), volumes: ["/var/run:/r"] } }));
+        const text = composeText({
+            local: { extends: "template" },
+            template: hardenedService(),
+            remote: { extends: { file: "base.yml", service: "base" } },
+        });
+        const file = path.join(dir, "compose.yml");
+        fs.writeFileSync(file, text);
+        const findings = compose(text, file);
+        expect(findings.map((f) => `${f.where}:${f.rule}`)).toEqual(["remote:containers-no-docker-socket"]);
+    });
+
+    it("an extends it cannot follow is unverifiable, not a pass", () => {
+        const findings = compose(composeText({ remote: { extends: { file: "missing.yml", service: "x" } } }));
+        expect(findings.some((f) => f.rule === "compose-parses" && f.unverifiable)).toBe(true);
+    });
+
+    it("a bind source behind an unknown variable is unverifiable", () => {
+        const service = hardenedService();
+        service.volumes.push("${SOCKET_DIR}/docker.sock:/d.sock");
+        const findings = compose(composeText({ shell: service }));
+        expect(findings.map((f) => [f.rule, f.unverifiable])).toEqual([["containers-no-docker-socket", true]]);
+    });
+});
+
+describe("container rules on docker:index/container:Container", () => {
+    const type = "docker:index/container:Container";
+    const hardened = () => ({
+        name: "shell",
+        image: `registry.example/a@${DIGEST}`,
+        capabilities: { drops: ["ALL"], adds: ["CHOWN"] },
+        securityOpts: ["no-new-privileges:true"],
+        memory: 3072,
+        ports: [{ internal: 8080, external: 8080, ip: "127.0.0.1" }],
+    });
+
+    it("has no pids limit, so even a hardened Container fails containers-resource-limits", () => {
+        expect(ruleIds(resources([resource(type, "shell", hardened())]))).toEqual(["containers-resource-limits"]);
+    });
+
+    it("a port without ip binds 0.0.0.0 and a mounted socket is caught", () => {
+        const inputs: Record<string, any> = { ...hardened(), ports: [{ internal: 80, external: 80 }], mounts: [{ type: "bind", source: "/run/docker.sock", target: "/s" }] };
+        expect(ruleIds(resources([resource(type, "shell", inputs)]))).toEqual([
+            "containers-no-docker-socket",
+            "containers-ports-private-only",
+            "containers-resource-limits",
+        ]);
+    });
+
+    it("an image unknown at preview is unverifiable", () => {
+        const findings = resources([resource(type, "shell", { ...hardened(), image: "04da6b54-80e4-46f7-96ec-b56ff0331ba9" })]);
+        expect(findings.find((f) => f.rule === "containers-images-pinned-by-digest")?.unverifiable).toBe(true);
+    });
+});
