@@ -52,15 +52,19 @@ function asPlanned(r: { urn: string; type: string; name: string; props: Record<s
     return { urn: r.urn, type: r.type, name: r.name, parent: r.parent?.urn, inputs: plainProps(r.props) };
 }
 
-// Each resource is judged once; every policy then reports its own rule's findings.
-const judged = new WeakMap<object, Finding[]>();
+// Each resource is judged once per context (policies may be configured differently);
+// every policy then reports its own rule's findings.
+const judged = new WeakMap<object, Map<string, Finding[]>>();
 
 function findingsFor(args: ResourceValidationArgs): Finding[] {
-    const key = args.props as object;
-    let findings = judged.get(key);
+    const ctx = contextOf(args);
+    const byContext = judged.get(args.props) ?? new Map<string, Finding[]>();
+    judged.set(args.props, byContext);
+    const key = JSON.stringify(ctx);
+    let findings = byContext.get(key);
     if (!findings) {
-        findings = judgeResource(asPlanned(args), contextOf(args));
-        judged.set(key, findings);
+        findings = judgeResource(asPlanned(args), ctx);
+        byContext.set(key, findings);
     }
     return findings;
 }
