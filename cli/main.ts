@@ -1,11 +1,11 @@
 #!/usr/bin/env node
 import * as path from "node:path";
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
-import { ConfigError } from "../components/config/load";
+import { ConfigError, readStackFile } from "../components/config/load";
 import { DEFAULT_CONTEXT, JudgeContext } from "../policies/engine/context";
 import type { Finding } from "../policies/engine/finding";
 import { formatFinding } from "../policies/engine/format";
-import { checkFile, CheckKind, gatePlan, gateStack, resourcesOfPreview } from "./gate";
+import { checkFile, CheckKind, contextOfStack, gatePlan, gateStack, resourcesOfPreview } from "./gate";
 import { judgeResources } from "../policies/engine/judge";
 import { listStacks, planStack, stackFilePath } from "./offline";
 import { formatSummary, summarize, writePlan } from "./plan";
@@ -88,16 +88,17 @@ withContextOptions(
     program
         .command("gate")
         .description("the policy gate: a stack's offline plan, every stack, or a real `pulumi preview --json`")
-        .option("--stack <name>", "gate one stack's offline plan")
+        .option("--stack <name>", "gate one stack's offline plan (with --preview: take the agent user, env allowlist and retention from it)")
         .option("--all", "gate every stack in the stacks folder")
         .option("--preview <file>", "gate the output of `pulumi preview --json` or `pulumi stack export`")
         .option("--json", "machine-readable output"),
 ).action(async (opts: { stack?: string; all?: boolean; preview?: string; json?: boolean; agentUser: string; envAllowlist: string; retentionDays: number }) => {
-    const chosen = [opts.stack !== undefined, opts.all === true, opts.preview !== undefined].filter(Boolean).length;
+    const chosen = [opts.stack !== undefined && !opts.preview, opts.all === true, opts.preview !== undefined].filter(Boolean).length;
     if (chosen !== 1) throw new ConfigError(["airlock gate: pass exactly one of --stack, --all, --preview"]);
     if (opts.preview) {
         const resources = resourcesOfPreview(opts.preview, readText(opts.preview));
-        exitCode = report(judgeResources(resources, contextOf(opts)), opts.json, { preview: opts.preview, resources: resources.length });
+        const ctx = opts.stack ? contextOfStack(readStackFile(stackFilePath(stacksDir(), opts.stack))) : contextOf(opts);
+        exitCode = report(judgeResources(resources, ctx), opts.json, { preview: opts.preview, resources: resources.length });
         return;
     }
     const stacks = opts.all ? listStacks(stacksDir()) : [opts.stack!];
