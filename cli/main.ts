@@ -1,15 +1,15 @@
 #!/usr/bin/env node
+import * as fs from "node:fs";
 import * as path from "node:path";
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import { ConfigError, readStackFile } from "../components/config/load";
 import { DEFAULT_CONTEXT, JudgeContext } from "../policies/engine/context";
 import type { Finding } from "../policies/engine/finding";
 import { formatFinding } from "../policies/engine/format";
-import { checkFile, CheckKind, contextOfStack, gatePlan, gateStack, resourcesOfPreview } from "./gate";
 import { judgeResources } from "../policies/engine/judge";
+import { checkFile, CheckKind, contextOfStack, gatePlan, gateStack, resourcesOfPreview } from "./gate";
 import { listStacks, planStack, stackFilePath } from "./offline";
 import { formatSummary, summarize, writePlan } from "./plan";
-import * as fs from "node:fs";
 
 /** Exit codes, the same for every command. */
 export const EXIT = { clean: 0, violations: 1, badInput: 2, internal: 3 } as const;
