@@ -1,5 +1,5 @@
 import * as path from "node:path";
-import { isUnknown } from "./finding";
+import { containsUnknown, Problem, unverifiable } from "./finding";
 
 /**
  * One container, whatever described it (a compose service or a
@@ -23,8 +23,34 @@ export interface ContainerSpec {
     ports: PortBinding[];
     pidsLimit?: unknown;
     memoryLimit?: unknown;
-    /** Field names whose values were unknown (at preview) or unreadable. */
-    unknownFields: string[];
+    /** The properties above whose source values are (or contain) unknowns at preview. */
+    unknown: Set<ContainerField>;
+}
+
+export type ContainerField =
+    | "image" | "capDrop" | "capAdd" | "privileged" | "securityOpt" | "namespaces" | "devices" | "mounts" | "ports" | "pidsLimit" | "memoryLimit";
+
+/** Which source keys feed which property, so an unknown key makes exactly those rules unverifiable. */
+const COMPOSE_FIELDS: Record<string, ContainerField[]> = {
+    image: ["image"], cap_drop: ["capDrop"], cap_add: ["capAdd"], privileged: ["privileged"], security_opt: ["securityOpt"],
+    network_mode: ["namespaces"], pid: ["namespaces"], ipc: ["namespaces"], userns_mode: ["namespaces"], uts: ["namespaces"], cgroup: ["namespaces"],
+    devices: ["devices"], device_cgroup_rules: ["devices"], volumes: ["mounts"], ports: ["ports"],
+    pids_limit: ["pidsLimit"], mem_limit: ["memoryLimit"], deploy: ["pidsLimit", "memoryLimit"],
+};
+const DOCKER_FIELDS: Record<string, ContainerField[]> = {
+    image: ["image"], capabilities: ["capDrop", "capAdd"], privileged: ["privileged"], securityOpts: ["securityOpt"],
+    networkMode: ["namespaces"], pidMode: ["namespaces"], ipcMode: ["namespaces"], usernsMode: ["namespaces"], utsMode: ["namespaces"], cgroupnsMode: ["namespaces"],
+    devices: ["devices"], volumes: ["mounts"], mounts: ["mounts"], ports: ["ports"], memory: ["memoryLimit"],
+};
+
+function unknownFieldsOf(source: Record<string, unknown>, fields: Record<string, ContainerField[]>): Set<ContainerField> {
+    return new Set(Object.entries(source).flatMap(([key, value]) => (containsUnknown(value) ? (fields[key] ?? []) : [])));
+}
+
+/** Runs `check` only when every field it reads is known; otherwise the rule fails closed. */
+export function whenKnown(c: ContainerSpec, fields: ContainerField[], check: () => Problem[]): Problem[] {
+    const unknown = fields.filter((f) => c.unknown.has(f));
+    return unknown.length > 0 ? [unverifiable(`${unknown.join(", ")} of ${c.name}`, c.name)] : check();
 }
 
 export interface Mount {
@@ -49,9 +75,6 @@ export const normalizeCapability = (cap: string) => cap.trim().toUpperCase().rep
 /** A compose service (already merged with what it extends) -> ContainerSpec. */
 export function fromComposeService(name: string, service: Record<string, any>, line?: number): ContainerSpec {
     const limits = service.deploy?.resources?.limits ?? {};
-    const unknownFields = Object.entries(service)
-        .filter(([, v]) => isUnknown(v))
-        .map(([k]) => k);
     return {
         name,
         origin: "compose",
@@ -74,7 +97,7 @@ export function fromComposeService(name: string, service: Record<string, any>, l
         ports: (Array.isArray(service.ports) ? service.ports : []).map(composePort),
         pidsLimit: service.pids_limit ?? limits.pids,
         memoryLimit: service.mem_limit ?? limits.memory,
-        unknownFields,
+        unknown: unknownFieldsOf(service, COMPOSE_FIELDS),
     };
 }
 
@@ -114,9 +137,6 @@ function composePort(port: unknown): PortBinding {
 
 /** `docker:index/container:Container` inputs -> ContainerSpec. It has no pids limit, by design of the provider. */
 export function fromDockerContainer(name: string, inputs: Record<string, any>): ContainerSpec {
-    const unknownFields = Object.entries(inputs)
-        .filter(([, v]) => isUnknown(v))
-        .map(([k]) => k);
     const mounts: Mount[] = [
         ...(Array.isArray(inputs.volumes) ? inputs.volumes : []).map((v: any) =>
             v.hostPath
@@ -156,7 +176,7 @@ export function fromDockerContainer(name: string, inputs: Record<string, any>): 
         })),
         pidsLimit: undefined,
         memoryLimit: inputs.memory,
-        unknownFields,
+        unknown: unknownFieldsOf(inputs, DOCKER_FIELDS),
     };
 }
 

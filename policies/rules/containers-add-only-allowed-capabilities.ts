@@ -1,4 +1,5 @@
 import type { Rule } from "../engine/rule";
+import { whenKnown } from "../engine/container";
 
 /** What a build-and-test shell may need after dropping ALL; nothing that reaches the kernel or the network stack. */
 export const ALLOWED_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID"];
@@ -9,7 +10,9 @@ export const containersAddOnlyAllowedCapabilities: Rule = {
     description: `Added capabilities come only from ${ALLOWED_CAPABILITIES.join(", ")}.`,
     remediation: `Remove the other entries from cap_add; keep at most ${ALLOWED_CAPABILITIES.join(", ")}.`,
     check: (c) =>
-        c.capAdd
+        whenKnown(c, ["capAdd"], () =>
+            c.capAdd
             .filter((cap) => !ALLOWED_CAPABILITIES.includes(cap))
             .map((cap) => ({ message: `${c.name} adds capability ${cap}`, line: c.line, where: c.name })),
+        ),
 };

@@ -1,4 +1,5 @@
 import type { Rule } from "../engine/rule";
+import { whenKnown } from "../engine/container";
 
 const BROWSER = /(headless-shell|chrom(e|ium)|browserless|playwright|puppeteer|selenium)/i;
 
@@ -9,11 +10,12 @@ export const containersBrowserNoWorkspace: Rule = {
         "The headless browser (reachable over CDP from the gateway) mounts nothing at /workspace: a page it loads must not " +
         "reach the agent's files.",
     remediation: "Remove the /workspace mount from the browser service; exchange files through the agent's shell instead.",
-    check(c) {
-        const isBrowser = BROWSER.test(c.name) || /browser/i.test(c.name) || (typeof c.image === "string" && BROWSER.test(c.image));
-        if (!isBrowser) return [];
-        return c.mounts
-            .filter((m) => /^\/workspace(\/|$)/.test(m.target))
-            .map((m) => ({ message: `browser service ${c.name} mounts ${m.target}`, line: c.line, where: c.name }));
-    },
+    check: (c) =>
+        whenKnown(c, ["mounts", "image"], () => {
+            const isBrowser = BROWSER.test(c.name) || /browser/i.test(c.name) || (typeof c.image === "string" && BROWSER.test(c.image));
+            if (!isBrowser) return [];
+            return c.mounts
+                .filter((m) => /^\/workspace(\/|$)/.test(m.target))
+                .map((m) => ({ message: `browser service ${c.name} mounts ${m.target}`, line: c.line, where: c.name }));
+        }),
 };

@@ -1,9 +1,13 @@
 import type { Rule } from "../engine/rule";
+import { whenKnown } from "../engine/container";
 
 export const containersDropAllCapabilities: Rule = {
     kind: "container",
     id: "containers-drop-all-capabilities",
     description: "Every container drops all Linux capabilities (cap_drop: [ALL]) and adds back only what it needs.",
     remediation: "Add `cap_drop: [ALL]` to the service (capabilities.drops: [\"ALL\"] on a docker Container).",
-    check: (c) => (c.capDrop.includes("ALL") ? [] : [{ message: `${c.name} does not drop ALL capabilities`, line: c.line, where: c.name }]),
+    check: (c) =>
+        whenKnown(c, ["capDrop"], () =>
+            (c.capDrop.includes("ALL") ? [] : [{ message: `${c.name} does not drop ALL capabilities`, line: c.line, where: c.name }]),
+        ),
 };

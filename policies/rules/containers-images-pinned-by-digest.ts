@@ -1,5 +1,5 @@
 import type { Rule } from "../engine/rule";
-import { isUnknown, unverifiable } from "../engine/finding";
+import { whenKnown } from "../engine/container";
 
 const PINNED = /@sha256:[0-9a-f]{64}$/;
 
@@ -8,9 +8,9 @@ export const containersImagesPinnedByDigest: Rule = {
     id: "containers-images-pinned-by-digest",
     description: "Every image is pinned by digest (name@sha256:...), so what was reviewed is what runs; a tag, :latest or no tag fails.",
     remediation: "Pin the image: `docker buildx imagetools inspect <image>:<tag>` gives the digest; write `<image>:<tag>@sha256:<digest>`.",
-    check(c) {
-        if (isUnknown(c.image)) return [unverifiable(`the image of ${c.name}`, c.name)];
-        if (typeof c.image !== "string" || c.image === "") return [{ message: `${c.name} has no image (a local build is not pinned)`, line: c.line, where: c.name }];
-        return PINNED.test(c.image) ? [] : [{ message: `${c.name} image ${c.image} is not pinned by digest`, line: c.line, where: c.name }];
-    },
+    check: (c) =>
+        whenKnown(c, ["image"], () => {
+            if (typeof c.image !== "string" || c.image === "") return [{ message: `${c.name} has no image (a local build is not pinned)`, line: c.line, where: c.name }];
+            return PINNED.test(c.image) ? [] : [{ message: `${c.name} image ${c.image} is not pinned by digest`, line: c.line, where: c.name }];
+        }),
 };

@@ -1,9 +1,13 @@
 import type { Rule } from "../engine/rule";
+import { whenKnown } from "../engine/container";
 
 export const containersNoDevices: Rule = {
     kind: "container",
     id: "containers-no-devices",
     description: "No container gets host devices (devices, device_cgroup_rules).",
     remediation: "Remove the devices / device_cgroup_rules entries.",
-    check: (c) => c.devices.map((d) => ({ message: `${c.name} maps host device ${d}`, line: c.line, where: c.name })),
+    check: (c) =>
+        whenKnown(c, ["devices"], () =>
+            c.devices.map((d) => ({ message: `${c.name} maps host device ${d}`, line: c.line, where: c.name })),
+        ),
 };

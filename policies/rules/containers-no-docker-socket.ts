@@ -1,6 +1,6 @@
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
-import { coversPath, hostPathOf } from "../engine/container";
+import { coversPath, hostPathOf, whenKnown } from "../engine/container";
 
 /** Sockets that control a container engine: mounting one (or a parent directory) is root on the host. */
 const ENGINE_SOCKETS = [
@@ -18,17 +18,18 @@ export const containersNoDockerSocket: Rule = {
         "No container mounts a container-engine socket (rootful /var/run/docker.sock, /run/docker.sock, rootless " +
         "/run/user/<uid>/docker.sock, containerd, podman) or a directory that contains one (/, /run, /var/run, /run/user).",
     remediation: "Remove the mount. A container that needs to build images gets a separate, remote builder, never the host's engine.",
-    check(c) {
-        const problems: Problem[] = [];
-        for (const mount of c.mounts) {
-            if (mount.type !== "bind" && mount.type !== "other") continue;
-            const host = hostPathOf(mount.source);
-            if (host === "unknowable") {
-                problems.push({ message: `${c.name} mounts ${mount.source}, whose host path depends on a variable`, line: c.line, where: c.name, unverifiable: true });
-            } else if (host && ENGINE_SOCKETS.some((socket) => coversPath(host, socket))) {
-                problems.push({ message: `${c.name} mounts ${mount.source}, which is or contains a container-engine socket`, line: c.line, where: c.name });
+    check: (c) =>
+        whenKnown(c, ["mounts"], () => {
+            const problems: Problem[] = [];
+            for (const mount of c.mounts) {
+                if (mount.type !== "bind" && mount.type !== "other") continue;
+                const host = hostPathOf(mount.source);
+                if (host === "unknowable") {
+                    problems.push({ message: `${c.name} mounts ${mount.source}, whose host path depends on a variable`, line: c.line, where: c.name, unverifiable: true });
+                } else if (host && ENGINE_SOCKETS.some((socket) => coversPath(host, socket))) {
+                    problems.push({ message: `${c.name} mounts ${mount.source}, which is or contains a container-engine socket`, line: c.line, where: c.name });
+                }
             }
-        }
-        return problems;
-    },
+            return problems;
+        }),
 };

@@ -1,4 +1,5 @@
 import type { Rule } from "../engine/rule";
+import { whenKnown } from "../engine/container";
 
 export const containersNoHostNamespaces: Rule = {
     kind: "container",
@@ -6,7 +7,9 @@ export const containersNoHostNamespaces: Rule = {
     description: "No container shares the host's network, pid, ipc, user, uts or cgroup namespace.",
     remediation: "Remove network_mode/pid/ipc/userns_mode/uts/cgroup: host; publish ports explicitly instead of host networking.",
     check: (c) =>
-        Object.entries(c.namespaces)
+        whenKnown(c, ["namespaces"], () =>
+            Object.entries(c.namespaces)
             .filter(([, mode]) => mode.toLowerCase() === "host")
             .map(([ns]) => ({ message: `${c.name} uses the host ${ns} namespace`, line: c.line, where: c.name })),
+        ),
 };

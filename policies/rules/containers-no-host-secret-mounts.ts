@@ -1,5 +1,5 @@
 import type { Rule } from "../engine/rule";
-import { coversPath, hostPathOf } from "../engine/container";
+import { coversPath, hostPathOf, whenKnown } from "../engine/container";
 
 /** Host paths that hold credentials: configuration, root's home, ssh keys. */
 const SECRET_PATHS = ["/etc", "/root", "/home/*/.ssh"];
@@ -10,11 +10,13 @@ export const containersNoHostSecretMounts: Rule = {
     description: "No container mounts host secrets: /etc, /root, ~/.ssh, or a directory that contains one of them.",
     remediation: "Mount only the files the container needs (a project directory, a named volume); pass secrets per command instead.",
     check: (c) =>
-        c.mounts
+        whenKnown(c, ["mounts"], () =>
+            c.mounts
             .filter((m) => m.type === "bind" || m.type === "other")
             .filter((m) => {
                 const host = hostPathOf(m.source);
                 return typeof host === "string" && host !== "unknowable" && SECRET_PATHS.some((secret) => coversPath(host, secret));
             })
             .map((m) => ({ message: `${c.name} mounts host path ${m.source}`, line: c.line, where: c.name })),
+        ),
 };

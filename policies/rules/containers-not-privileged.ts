@@ -1,9 +1,13 @@
 import type { Rule } from "../engine/rule";
+import { whenKnown } from "../engine/container";
 
 export const containersNotPrivileged: Rule = {
     kind: "container",
     id: "containers-not-privileged",
     description: "No container runs privileged: that gives it every capability and every device of the host.",
     remediation: "Remove `privileged: true`; add the specific allowed capability instead if one is really needed.",
-    check: (c) => (c.privileged ? [{ message: `${c.name} is privileged`, line: c.line, where: c.name }] : []),
+    check: (c) =>
+        whenKnown(c, ["privileged"], () =>
+            (c.privileged ? [{ message: `${c.name} is privileged`, line: c.line, where: c.name }] : []),
+        ),
 };

@@ -1,6 +1,6 @@
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
-import { isUnknown, unverifiable } from "../engine/finding";
+import { whenKnown } from "../engine/container";
 
 /** A limit is present and finite: not missing, not 0/-1 (both mean "unlimited"). */
 function finite(value: unknown): boolean {
@@ -16,12 +16,12 @@ export const containersResourceLimits: Rule = {
         "Every container has a finite pids limit and memory limit, so a fork bomb or a leak stays inside it. " +
         "(A docker Container resource has no pids limit: run such workloads from the rendered compose file.)",
     remediation: "Set `pids_limit: 256` and `mem_limit: 3g` (or deploy.resources.limits.pids / memory).",
-    check(c) {
-        const problems: Problem[] = [];
-        for (const [label, value] of [["pids", c.pidsLimit], ["memory", c.memoryLimit]] as const) {
-            if (isUnknown(value)) problems.push(unverifiable(`the ${label} limit of ${c.name}`, c.name));
-            else if (!finite(value)) problems.push({ message: `${c.name} has no finite ${label} limit`, line: c.line, where: c.name });
-        }
-        return problems;
-    },
+    check: (c) =>
+        whenKnown(c, ["pidsLimit", "memoryLimit"], () => {
+            const problems: Problem[] = [];
+            for (const [label, value] of [["pids", c.pidsLimit], ["memory", c.memoryLimit]] as const) {
+                if (!finite(value)) problems.push({ message: `${c.name} has no finite ${label} limit`, line: c.line, where: c.name });
+            }
+            return problems;
+        }),
 };

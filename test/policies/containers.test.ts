@@ -155,6 +155,17 @@ describe("container rules on docker:index/container:Container", () => {
         ]);
     });
 
+    it.each<[string, Record<string, unknown>, string]>([
+        ["privileged", { privileged: "04da6b54-80e4-46f7-96ec-b56ff0331ba9" }, "containers-not-privileged"],
+        ["networkMode", { networkMode: "04da6b54-80e4-46f7-96ec-b56ff0331ba9" }, "containers-no-host-namespaces"],
+        ["mounts", { mounts: ["04da6b54-80e4-46f7-96ec-b56ff0331ba9"] }, "containers-no-docker-socket"],
+        ["ports", { ports: "6a19a0b0-7e62-4c92-b797-7f8e31da9cc2" }, "containers-ports-private-only"],
+        ["capabilities", { capabilities: { drops: "6a19a0b0-7e62-4c92-b797-7f8e31da9cc2" } }, "containers-drop-all-capabilities"],
+    ])("%s unknown at preview fails closed", (_, change, rule) => {
+        const findings = resources([resource(type, "shell", { ...hardened(), ...change })]);
+        expect(findings.find((f) => f.rule === rule)?.unverifiable).toBe(true);
+    });
+
     it("an image unknown at preview is unverifiable", () => {
         const findings = resources([resource(type, "shell", { ...hardened(), image: "04da6b54-80e4-46f7-96ec-b56ff0331ba9" })]);
         expect(findings.find((f) => f.rule === "containers-images-pinned-by-digest")?.unverifiable).toBe(true);
