@@ -5,6 +5,7 @@ import * as pulumi from "@pulumi/pulumi";
 import * as YAML from "yaml";
 import { PROJECT, readStackFile } from "../components/config/load";
 import type { StackConfig } from "../components/config/schema";
+import { REDACTED_SECRET } from "../policies/engine/finding";
 
 /**
  * Runs the real airlock program offline: Pulumi's mock monitor stands in for the
@@ -14,8 +15,7 @@ import type { StackConfig } from "../components/config/schema";
 
 /** How `pulumi preview --json` spells a value it does not know yet. */
 export const UNKNOWN = pulumi.runtime.unknownValue;
-/** How `pulumi preview --json` shows a secret. */
-export const SECRET = "[secret]";
+
 
 export interface PlannedResource {
     urn: string;
@@ -167,7 +167,7 @@ function asPreviewValue(value: unknown): unknown {
     if (Array.isArray(value)) return value.map(asPreviewValue);
     if (value !== null && typeof value === "object") {
         const obj = value as Record<string, unknown>;
-        if (obj[pulumi.runtime.specialSigKey] === pulumi.runtime.specialSecretSig) return SECRET;
+        if (obj[pulumi.runtime.specialSigKey] === pulumi.runtime.specialSecretSig) return REDACTED_SECRET;
         const out: Record<string, unknown> = {};
         for (const key of Object.keys(obj)) out[key] = asPreviewValue(obj[key]);
         return out;

@@ -43,6 +43,14 @@ export function isUnknown(value: unknown): boolean {
     return typeof value === "string" && UNKNOWN_SENTINELS.has(value);
 }
 
+/** How `pulumi preview --json` and `pulumi stack export` print a secret they do not reveal. */
+export const REDACTED_SECRET = "[secret]";
+
+/** Not visible to a rule: unknown, or a secret the output redacted. */
+export function isHidden(value: unknown): boolean {
+    return isUnknown(value) || value === REDACTED_SECRET;
+}
+
 /** True when the value or anything inside it is unknown. */
 export function containsUnknown(value: unknown): boolean {
     if (isUnknown(value)) return true;

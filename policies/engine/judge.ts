@@ -5,7 +5,7 @@ import { CloudInitDoc, CloudInitParseError, parseCloudInit } from "./cloudInit";
 import { ComposeFile, ComposeParseError, parseCompose } from "./compose";
 import { fromDockerContainer } from "./container";
 import type { JudgeContext } from "./context";
-import { Finding, isUnknown, Problem, RuleInfo } from "./finding";
+import { Finding, isHidden, Problem, RuleInfo } from "./finding";
 import { PlannedResourceLike, TYPES } from "./resource";
 import type { Rule } from "./rule";
 import { parseSshd } from "./sshd";
@@ -143,8 +143,9 @@ export function judgeResource(resource: PlannedResourceLike, ctx: JudgeContext):
 
     if (resource.type === TYPES.server) {
         const userData = resource.inputs.userData;
-        // Unknown at preview: judged through its stashed artifact (see hcloud-servers-user-data-verifiable).
-        if (typeof userData === "string" && !isUnknown(userData)) findings.push(...judgeCloudInit(userData, ctx, { ...origin, file: "userData" }));
+        // Unknown at preview (or redacted in a preview's JSON): judged through its stashed
+        // artifact instead (see hcloud-servers-user-data-verifiable).
+        if (typeof userData === "string" && !isHidden(userData)) findings.push(...judgeCloudInit(userData, ctx, { ...origin, file: "userData" }));
     }
     if (resource.type === TYPES.stash) {
         const artifacts = artifactsOf(resource.inputs);

@@ -1,5 +1,5 @@
 import type { Rule } from "../engine/rule";
-import { isUnknown } from "../engine/finding";
+import { isHidden } from "../engine/finding";
 import { artifactsOf } from "../../components/artifacts";
 import { TYPES } from "../engine/resource";
 
@@ -7,12 +7,13 @@ export const hcloudServersUserDataVerifiable: Rule = {
     kind: "stack",
     id: "hcloud-servers-user-data-verifiable",
     description:
-        "A server's user_data is judged where it is known: directly, or - at preview, when only the tailnet key is still unknown - " +
+        "A server's user_data is judged where it is visible: directly, or - when it is unknown (the join key at a first preview) or " +
+        "redacted as [secret] in a preview's JSON - " +
         "through the cloud-init.yaml artifact its component stashes next to it. A server with neither fails closed.",
     remediation: "Render user_data from known values, and carry the rendered document in a pulumi.Stash beside the server (see components/host.ts).",
     check(resources) {
         return resources
-            .filter((r) => r.type === TYPES.server && isUnknown(r.inputs.userData))
+            .filter((r) => r.type === TYPES.server && isHidden(r.inputs.userData))
             .filter(
                 (server) =>
                     !resources.some(
@@ -20,7 +21,7 @@ export const hcloudServersUserDataVerifiable: Rule = {
                     ),
             )
             .map((server) => ({
-                message: `unverifiable: user_data of ${server.name} is unknown and no rendered cloud-init.yaml is stashed beside it`,
+                message: `unverifiable: user_data of ${server.name} is unknown or redacted, and no rendered cloud-init.yaml is stashed beside it`,
                 where: server.urn,
                 unverifiable: true,
             }));

@@ -62,6 +62,11 @@ describe("hcloud rules", () => {
         expect(ruleIds(resources([server, elsewhere]))).toEqual(["hcloud-servers-user-data-verifiable"]);
     });
 
+    it("user_data redacted as [secret] in a preview's JSON is treated like unknown", () => {
+        const server = resource(T.server, "sb-server", { firewallIds: [1], userData: "[secret]" }, "urn:p");
+        expect(ruleIds(resources([server]))).toEqual(["hcloud-servers-user-data-verifiable"]);
+    });
+
     it("a stashed cloud-init.yaml is judged, embedded files included", () => {
         const stash = resource(T.stash, "a", { input: { airlockArtifacts: { "cloud-init.yaml": "#cloud-config\nwrite_files:\n  - path: /etc/ssh/sshd_config.d/x.conf\n    content: PermitRootLogin yes\n" } } });
         expect(ruleIds(resources([stash]))).toEqual(["sshd-no-root-login"]);
