@@ -35,6 +35,12 @@ export interface StackPlan {
     resources: PlannedResource[];
 }
 
+/**
+ * What the offline plan answers for a registry digest lookup: it cannot reach a
+ * registry, so it renders this obviously-fake digest; `pulumi preview` renders the real one.
+ */
+export const OFFLINE_DIGEST = `sha256:${"0".repeat(64)}`;
+
 /** Outputs only a provider computes; unknown at preview, as in a real preview. */
 const COMPUTED_AT_DEPLOY: Record<string, string[]> = {
     "tailscale:index/tailnetKey:TailnetKey": ["key", "id", "createdAt", "expiresAt", "invalid"],
@@ -65,6 +71,8 @@ export interface PlanOptions {
      */
     mode?: "preview" | "up";
     deployed?: (type: string, name: string) => Record<string, unknown>;
+    /** Answers provider function calls (invokes); the default answers registry lookups with OFFLINE_DIGEST. */
+    calls?: (token: string, inputs: Record<string, unknown>) => Record<string, unknown> | undefined;
 }
 
 export function planStack(stackFile: string, stack: string, options: PlanOptions = {}): Promise<StackPlan> {
@@ -90,7 +98,7 @@ async function planStackNow(stackFile: string, stack: string, options: PlanOptio
                           id: deterministicId(args.type, args.name),
                           state: { ...args.inputs, ...options.deployed?.(args.type, args.name) },
                       },
-            call: (args) => args.inputs,
+            call: (args) => options.calls?.(args.token, args.inputs) ?? offlineCall(args.token, args.inputs),
         },
         PROJECT,
         stack,
@@ -106,6 +114,11 @@ async function planStackNow(stackFile: string, stack: string, options: PlanOptio
 
     resources.sort((a, b) => (a.urn < b.urn ? -1 : a.urn > b.urn ? 1 : 0));
     return { stack, stackFile, config, resources };
+}
+
+function offlineCall(token: string, inputs: Record<string, unknown>): Record<string, unknown> {
+    if (token === "docker:index/getRegistryImage:getRegistryImage") return { ...inputs, id: String(inputs.name), sha256Digest: OFFLINE_DIGEST };
+    throw new Error(`the offline plan cannot answer ${token}`);
 }
 
 /** Pulumi keeps config values as strings; structured ones as JSON. */

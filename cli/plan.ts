@@ -1,7 +1,8 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { artifactsOf } from "../components/artifacts";
-import { PlannedResource, StackPlan } from "./offline";
+import * as YAML from "yaml";
+import { OFFLINE_DIGEST, PlannedResource, StackPlan } from "./offline";
 
 /** `pulumi preview --json`, the parts airlock reads and writes. */
 export interface PreviewJson {
@@ -81,6 +82,7 @@ export interface PlanSummary {
     tree: string[];
     hosts: HostSummary[];
     tailnetPolicy: "managed" | "rendered for the operator to merge";
+    notes: string[];
 }
 
 /** What a reviewer wants to know, derived from the planned resources themselves. */
@@ -110,12 +112,15 @@ export function summarize(plan: StackPlan): PlanSummary {
                       `every command: ForceCommand wrapper -> docker exec agent-sandbox-shell (rootless Docker), in /workspace`,
                       `env passed into the container: ${cfg.agent.envAllowlist.join(", ")}`,
                       `/workspace on a ${cfg.sandbox.workspaceVolumeGb} GB hcloud Volume`,
+                      `containers: ${containersOf(plan, "sandbox").join(", ")}`,
+                      `DNS through the gateway's AdGuard Home (${cfg.dns.mode}); nftables: DNS to it only, no metadata service for uid ${cfg.agent.uid}`,
                   ]
                 : [
                       `tailscaled as ${tag}`,
                       `sshd on the tailnet address only, user ${cfg.gateway.adminUser}, keys only`,
                       `rootless Docker for ${cfg.agent.user}`,
                       `ssh client -> ${cfg.hostnames.sandbox} (ControlMaster, SendEnv ${cfg.agent.envAllowlist.join(" ")})`,
+                      `containers: ${containersOf(plan, "gateway").join(", ")}`,
                   ];
         return {
             hostname,
@@ -135,7 +140,17 @@ export function summarize(plan: StackPlan): PlanSummary {
         tree: resourceTree(plan.resources),
         hosts,
         tailnetPolicy: acl ? "managed" : "rendered for the operator to merge",
+        notes: cfg.workloads.resolveDigests
+            ? [`image tags are pinned to their registry digests at deploy time; this offline plan shows ${OFFLINE_DIGEST.slice(0, 16)}... placeholders`]
+            : [],
     };
+}
+
+/** Service -> image, from a host's rendered compose file. */
+function containersOf(plan: StackPlan, folder: string): string[] {
+    const compose = collectArtifacts(plan).get(folder)?.["etc/airlock/compose.yml.in"];
+    const services = compose ? (YAML.parse(compose).services as Record<string, { image: string }>) : {};
+    return Object.entries(services).map(([name, s]) => `${name} (${s.image.replace(/@sha256:[0-9a-f]{64}$/, "@sha256:…")})`);
 }
 
 function resourceTree(resources: PlannedResource[]): string[] {
@@ -167,5 +182,6 @@ export function formatSummary(summary: PlanSummary, outDir: string): string {
         lines.push(`  tailnet   inbound ${host.tailnetInbound.join("; ") || "nothing"}`);
     }
     lines.push("", `tailnet policy: ${summary.tailnetPolicy} (${path.join(outDir, "tailnet", "policy.hujson")})`);
+    for (const note of summary.notes) lines.push(`note: ${note}`);
     return `${lines.join("\n")}\n`;
 }

@@ -8,7 +8,7 @@ export type Artifacts = Record<string, string>;
  * policies judge exactly what will be deployed even when a value that depends on a
  * cloud resource (the tailnet key inside user_data) is not known yet.
  */
-export function artifactStash(name: string, artifacts: Artifacts, parent: pulumi.Resource): pulumi.Stash {
+export function artifactStash(name: string, artifacts: pulumi.Input<Artifacts>, parent: pulumi.Resource): pulumi.Stash {
     return new pulumi.Stash(name, { input: { airlockArtifacts: artifacts } }, { parent });
 }
 

@@ -4,6 +4,7 @@ import type { StackConfig } from "./config/schema";
 import { GatewayHost } from "./gatewayHost";
 import { SandboxHost } from "./sandboxHost";
 import { Tailnet } from "./tailnet";
+import { Workloads } from "./workloads/workloads";
 
 export interface DeploymentArgs {
     config: StackConfig;
@@ -14,6 +15,7 @@ export class Deployment extends pulumi.ComponentResource {
     readonly tailnet: Tailnet;
     readonly gateway: GatewayHost;
     readonly sandbox: SandboxHost;
+    readonly workloads: Workloads;
 
     constructor(name: string, args: DeploymentArgs, opts?: pulumi.ComponentResourceOptions) {
         super("airlock:index:Deployment", name, {}, opts);
@@ -37,7 +39,15 @@ export class Deployment extends pulumi.ComponentResource {
             { parent: this },
         );
 
-        const common = { prefix: cfg.prefix, tailnet: this.tailnet, breakGlassSshKeyId: breakGlass.id, config: cfg };
+        this.workloads = new Workloads(`${name}-workloads`, { config: cfg }, { parent: this });
+
+        const common = {
+            prefix: cfg.prefix,
+            tailnet: this.tailnet,
+            breakGlassSshKeyId: breakGlass.id,
+            config: cfg,
+            images: this.workloads.images,
+        };
         this.gateway = new GatewayHost(
             `${name}-gateway`,
             { ...common, server: cfg.gateway, tailnetTag: cfg.tailnet.gatewayTag },
@@ -49,6 +59,7 @@ export class Deployment extends pulumi.ComponentResource {
                 ...common,
                 server: cfg.sandbox,
                 tailnetTag: cfg.tailnet.sandboxTag,
+                builtSandboxShell: this.workloads.builtSandboxShell,
                 workspaceVolumeGb: cfg.sandbox.workspaceVolumeGb,
                 protectWorkspace: cfg.sandbox.protectWorkspace,
             },

@@ -2,7 +2,8 @@ import * as hcloud from "@pulumi/hcloud";
 import * as pulumi from "@pulumi/pulumi";
 import type * as tailscale from "@pulumi/tailscale";
 import { Artifacts, artifactStash } from "./artifacts";
-import { HostRole, RenderedHost, withTailnetKey } from "./render/hosts";
+import { HostRole, RenderedHost, withBuiltImage, withTailnetKey } from "./render/hosts";
+import { BUILT_SANDBOX_SHELL_PLACEHOLDER } from "./workloads/compose";
 import type { Tailnet } from "./tailnet";
 
 /** What a host needs from the stack config, whichever role it plays. */
@@ -29,6 +30,8 @@ export interface HostArgs {
     tailnetTag: string;
     /** The hcloud SSH key used only through Hetzner's rescue system. */
     breakGlassSshKeyId: pulumi.Input<string>;
+    /** The built sandbox-shell reference, when the stack builds it (filled into user_data at deploy). */
+    builtSandboxShell?: pulumi.Output<string>;
 }
 
 /** The one inbound port a host opens to the internet: Tailscale's direct (peer-to-peer) UDP. */
@@ -65,30 +68,46 @@ export function provisionHost(
     name: string,
     role: HostRole,
     args: HostArgs,
-    rendered: RenderedHost,
+    rendered: pulumi.Output<RenderedHost>,
+    hostname: string,
 ): HostResources {
     const labels = { airlock: args.prefix, "airlock-role": role };
 
     const firewall = new hcloud.Firewall(
         `${name}-firewall`,
-        { name: `${rendered.hostname}-firewall`, labels, rules: hostFirewallRules(args.server.extraInboundRules) },
+        { name: `${hostname}-firewall`, labels, rules: hostFirewallRules(args.server.extraInboundRules) },
         { parent },
     );
 
     const joinKey = args.tailnet.joinKey(
         `${name}-join-key`,
-        { tag: args.tailnetTag, ephemeral: role === "sandbox", description: `airlock ${rendered.hostname}` },
+        { tag: args.tailnetTag, ephemeral: role === "sandbox", description: `airlock ${hostname}` },
         parent,
     );
 
-    const artifacts: Artifacts = { "cloud-init.yaml": rendered.cloudInit };
-    for (const file of rendered.files) artifacts[file.path.replace(/^\//, "")] = file.content;
-    artifactStash(`${name}-artifacts`, artifacts, parent);
+    artifactStash(
+        `${name}-artifacts`,
+        rendered.apply((host) => {
+            const artifacts: Artifacts = { "cloud-init.yaml": host.cloudInit };
+            for (const file of host.files) artifacts[file.path.replace(/^\//, "")] = file.content;
+            return artifacts;
+        }),
+        parent,
+    );
+
+    // The rendered document plus what only exists at deploy time: the join key, and
+    // the built image's digest-pinned reference.
+    const userData = pulumi
+        .all([rendered, joinKey.key, args.builtSandboxShell ?? ""])
+        .apply(([host, key, built]) => {
+            const withKey = withTailnetKey(host.cloudInit, key);
+            return built ? withBuiltImage(withKey, BUILT_SANDBOX_SHELL_PLACEHOLDER, built) : withKey;
+        });
 
     const server = new hcloud.Server(
         `${name}-server`,
         {
-            name: rendered.hostname,
+            name: hostname,
             serverType: args.server.serverType,
             image: args.server.image,
             location: args.server.location,
@@ -97,7 +116,7 @@ export function provisionHost(
             // An SSH key also stops Hetzner from e-mailing a root password.
             sshKeys: [args.breakGlassSshKeyId],
             publicNets: [{ ipv4Enabled: true, ipv6Enabled: true }],
-            userData: joinKey.key.apply((key) => withTailnetKey(rendered.cloudInit, key)),
+            userData,
             deleteProtection: args.server.protect,
             rebuildProtection: args.server.protect,
         },

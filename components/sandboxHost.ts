@@ -3,9 +3,11 @@ import * as pulumi from "@pulumi/pulumi";
 import type { StackConfig } from "./config/schema";
 import { HostArgs, provisionHost } from "./host";
 import { renderSandbox } from "./render/hosts";
+import type { ResolvedImages } from "./workloads/compose";
 
 export interface SandboxHostArgs extends HostArgs {
     config: StackConfig;
+    images: pulumi.Output<ResolvedImages>;
     workspaceVolumeGb: number;
     protectWorkspace: boolean;
 }
@@ -21,13 +23,14 @@ export class SandboxHost extends pulumi.ComponentResource {
 
     constructor(name: string, args: SandboxHostArgs, opts?: pulumi.ComponentResourceOptions) {
         super("airlock:index:SandboxHost", name, {}, opts);
-        const rendered = renderSandbox(args.config);
-        const { server } = provisionHost(this, name, "sandbox", args, rendered);
+        this.hostname = args.config.hostnames.sandbox;
+        const rendered = args.images.apply((images) => renderSandbox(args.config, images));
+        const { server } = provisionHost(this, name, "sandbox", args, rendered, this.hostname);
 
         const workspace = new hcloud.Volume(
             `${name}-workspace`,
             {
-                name: `${rendered.hostname}-workspace`,
+                name: `${this.hostname}-workspace`,
                 size: args.workspaceVolumeGb,
                 location: args.server.location,
                 format: "ext4",
@@ -43,7 +46,6 @@ export class SandboxHost extends pulumi.ComponentResource {
             { parent: this },
         );
 
-        this.hostname = rendered.hostname;
         this.serverId = server.id;
         this.workspaceVolumeId = workspace.id;
         this.registerOutputs({ serverId: this.serverId, workspaceVolumeId: this.workspaceVolumeId, hostname: this.hostname });

@@ -4,8 +4,8 @@ import * as YAML from "yaml";
 import { describe, expect, it } from "vitest";
 import { writePlan } from "../cli/plan";
 import { artifactsOf } from "../components/artifacts";
-import { TAILNET_AUTH_KEY_PATH } from "../components/render/hosts";
-import { editedStack, fakeTailnetKey, planShipped, resourceNamed, resourcesOfType, SHIPPED_STACKS, tempDir, deployedValues } from "./helpers/stacks";
+import { TAILNET_AUTH_KEY_PATH, withBuiltImage } from "../components/render/hosts";
+import { BUILT_IMAGE, editedStack, fakeTailnetKey, planShipped, resourceNamed, resourcesOfType, SHIPPED_STACKS, tempDir, deployedValues } from "./helpers/stacks";
 import { planStack, UNKNOWN } from "../cli/offline";
 
 const T = {
@@ -22,6 +22,8 @@ const T = {
     key: "tailscale:index/tailnetKey:TailnetKey",
     acl: "tailscale:index/acl:Acl",
     stash: "pulumi:index:Stash",
+    workloads: "airlock:index:Workloads",
+    image: "docker:index/image:Image",
 };
 
 describe.each(SHIPPED_STACKS)("the %s stack under mocks", (stack) => {
@@ -47,7 +49,10 @@ describe.each(SHIPPED_STACKS)("the %s stack under mocks", (stack) => {
                 expected.push([type, `${p}-${role}-${suffix}`, `${T[role]} ${p}-${role}`]);
             }
         }
+        expected.push([T.workloads, `${p}-workloads`, `${T.deployment} ${p}`]);
         if (plan.config.tailnet.manageAcl) expected.push([T.acl, `${p}-tailnet-policy`, `${T.tailnet} ${p}-tailnet`]);
+        // Only a stack with a registry builds the hardened shell image.
+        if (plan.config.workloads.registry) expected.push([T.image, `${p}-workloads-sandbox-shell`, `${T.workloads} ${p}-workloads`]);
 
         for (const [type, name, parent] of expected) expect(parentOf(type, name), `${type} ${name}`).toBe(parent);
         // Nothing beyond the graph above and the stack itself.
@@ -145,6 +150,23 @@ describe.each(SHIPPED_STACKS)("the %s stack under mocks", (stack) => {
             expect(doc.ssh_pwauth).toBe(false);
             expect(userData).not.toMatch(/tailscale\s+up[^\n]*--ssh/);
         }
+    });
+});
+
+describe("the built sandbox shell", () => {
+    it("is filled into user_data at deploy as a digest-pinned reference, and only there", async () => {
+        const preview = await planShipped("prod");
+        const stashed = artifactsOf(resourceNamed(preview, T.stash, "airlock-prod-sandbox-artifacts").inputs)!;
+        expect(stashed["etc/airlock/compose.yml.in"]).toContain("image: \"@SANDBOX_SHELL_IMAGE@\"");
+
+        const up = await planShipped("prod", "up");
+        const userData = String(resourceNamed(up, T.server, "airlock-prod-sandbox-server").inputs.userData);
+        expect(userData).toContain(`image: "${BUILT_IMAGE}"`);
+        expect(userData).not.toContain("@SANDBOX_SHELL_IMAGE@");
+    });
+
+    it("a build output that is not pinned by digest is refused", () => {
+        expect(() => withBuiltImage("image: @X@", "@X@", "ghcr.io/a/b:latest")).toThrow(/not pinned by digest/);
     });
 });
 

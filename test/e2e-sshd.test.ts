@@ -3,9 +3,9 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
-import { renderGateway, renderSandbox, RenderedHost, SANDBOX_WRAPPER_PATH, SSHD_TEMPLATE_PATH } from "../components/render/hosts";
+import {RenderedHost, SANDBOX_WRAPPER_PATH, SSHD_TEMPLATE_PATH } from "../components/render/hosts";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
-import { editedStack, REPO, tempDir } from "./helpers/stacks";
+import { editedStack, REPO, tempDir, renderHosts } from "./helpers/stacks";
 import { installFiles, isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -27,7 +27,7 @@ function e2eHosts(clientPublicKey: string) {
         c["airlock:agent"].authorizedKeys = [clientPublicKey];
     });
     const cfg = readStackFile(stack);
-    return { sandbox: renderSandbox(cfg), gateway: renderGateway(cfg) };
+    return { sandbox: renderHosts(cfg).sandbox, gateway: renderHosts(cfg).gateway };
 }
 
 const canRun = isRoot() && toolsAvailable("e2e sshd in network namespaces", ["ip", "sshd", "ssh", "ssh-keygen", "useradd"]);
@@ -121,14 +121,12 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
     function renderSshdConfig(address: string, target = `${root}/etc/ssh/sshd_config`) {
         const stubTailscale = path.join(root, "stub-bin", "tailscale");
         fs.writeFileSync(stubTailscale, `#!/bin/sh\necho ${address}\n`, { mode: 0o755 });
-        return inNamespace(net.server, [`${root}/usr/local/sbin/airlock-sshd-config`], {
-            env: {
-                PATH: `${root}/stub-bin:/usr/sbin:/usr/bin:/sbin:/bin`,
-                AIRLOCK_SSHD_TEMPLATE: path.join(root, SSHD_TEMPLATE_PATH),
-                AIRLOCK_SSHD_CONFIG: target,
-                AIRLOCK_TAILNET_WAIT_SECONDS: "2",
-            },
-        });
+        // Exactly the ExecStartPre of the rendered ssh.service drop-in, with the test tree's paths.
+        return inNamespace(
+            net.server,
+            [`${root}/usr/local/sbin/airlock-tailnet-render`, path.join(root, SSHD_TEMPLATE_PATH), target, "/usr/sbin/sshd", "-t", "-f"],
+            { env: { PATH: `${root}/stub-bin:/usr/sbin:/usr/bin:/sbin:/bin`, AIRLOCK_TAILNET_WAIT_SECONDS: "2" } },
+        );
     }
 
     /**

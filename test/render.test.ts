@@ -1,9 +1,9 @@
 import { describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { hostFirewallRules } from "../components/host";
-import { renderGateway, renderSandbox, TAILNET_AUTH_KEY_PLACEHOLDER, withTailnetKey } from "../components/render/hosts";
+import {TAILNET_AUTH_KEY_PLACEHOLDER, withTailnetKey } from "../components/render/hosts";
 import { renderTemplate } from "../components/render/templates";
-import { fakeTailnetKey, SHIPPED_STACKS, stackFile } from "./helpers/stacks";
+import { fakeTailnetKey, SHIPPED_STACKS, stackFile, renderHosts } from "./helpers/stacks";
 
 describe("template rendering", () => {
     it("fails on a placeholder without a value", () => {
@@ -17,7 +17,7 @@ describe("template rendering", () => {
 
 describe.each(SHIPPED_STACKS)("rendered hosts of %s", (stack) => {
     const cfg = readStackFile(stackFile(stack));
-    const hosts = [renderGateway(cfg), renderSandbox(cfg)];
+    const hosts = [renderHosts(cfg).gateway, renderHosts(cfg).sandbox];
 
     it("leave no render-time placeholder behind", () => {
         for (const host of hosts) {
@@ -44,7 +44,7 @@ describe.each(SHIPPED_STACKS)("rendered hosts of %s", (stack) => {
 
 describe("withTailnetKey", () => {
     const cfg = readStackFile(stackFile("dev"));
-    const cloudInit = renderSandbox(cfg).cloudInit;
+    const cloudInit = renderHosts(cfg).sandbox.cloudInit;
 
     it("puts the key where the placeholder was", () => {
         const key = fakeTailnetKey();

@@ -14,6 +14,9 @@ readonly PACKAGES=(
 	systemd                       # systemd-analyze verify on every unit
 	iproute2                      # network namespaces for the e2e tests
 	procps passwd util-linux      # pkill, useradd, mount (e2e)
+	docker.io docker-compose      # the real engine runs the rendered compose; units exec them
+	nftables                      # nft --check on the rendered egress rules
+	busybox-static                # the test images' userland
 )
 
 if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then

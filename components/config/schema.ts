@@ -64,6 +64,95 @@ const host = z.strictObject({
     extraInboundRules: z.array(inboundRule).default([]),
 });
 
+/** registry/name[:tag][@sha256:digest] */
+export const IMAGE_REFERENCE =
+    /^(?:[a-z0-9.-]+(?::\d+)?\/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:\/[a-z0-9]+(?:[._-][a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$/;
+export const PINNED_BY_DIGEST = /@sha256:[0-9a-f]{64}$/;
+
+const image = z.string().regex(IMAGE_REFERENCE, "expected an image reference like registry/name:tag@sha256:<digest>");
+
+/** Hardening a service may tighten (or, visibly, loosen: the gate judges the result). */
+const serviceOverrides = {
+    cap_add: z.array(z.string().regex(/^[A-Z_]+$/)).optional(),
+    pids_limit: z.number().int().optional(),
+    mem_limit: z.string().regex(/^\d+[bkmg]?$/).optional(),
+    cpus: z.number().positive().optional(),
+    read_only: z.boolean().optional(),
+};
+
+/** A service of the stack's own, beside the built-in ones. */
+const userService = z.strictObject({
+    name: z.string().regex(/^[a-z][a-z0-9-]{0,40}$/),
+    image,
+    command: z.array(z.string()).optional(),
+    environment: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/), z.string()).optional(),
+    volumes: z.array(z.string()).optional(),
+    ports: z.array(z.string()).optional(),
+    /** "internal" joins the internal (no egress) network only; "egress" may reach out through DNS/nftables policy. */
+    network: z.enum(["internal", "egress"]).default("internal"),
+    ...serviceOverrides,
+});
+
+const optionalService = (defaultImage: string) =>
+    z.strictObject({ enabled: z.boolean().default(false), image: image.default(defaultImage), ...serviceOverrides });
+
+const workloads = z
+    .strictObject({
+        /**
+         * Resolve tag-only images to their digest at deploy time (registry lookup through
+         * @pulumi/docker); the resolved digest is what gets rendered.
+         */
+        resolveDigests: z.boolean().default(false),
+        /** When set, the hardened sandbox-shell image is built from templates/images/sandbox-shell and pushed here. */
+        registry: z.string().regex(/^[a-z0-9.-]+(?::\d+)?(\/[a-z0-9._-]+)*$/).optional(),
+        sandboxShell: z.strictObject({ image: image.optional(), ...serviceOverrides }).prefault({}),
+        browser: z.strictObject({ enabled: z.boolean().default(true), image: image.default("chromedp/headless-shell:stable"), ...serviceOverrides }).prefault({}),
+        postgres: optionalService("postgres:16-bookworm").prefault({}),
+        redis: optionalService("redis:7-bookworm").prefault({}),
+        /** An API bound to 127.0.0.1 only. */
+        api: optionalService("registry.example/agent-api:latest")
+            .extend({ port: z.number().int().min(1024).max(65535).default(8080) })
+            .prefault({}),
+        services: z.array(userService).default([]),
+        /** AdGuard Home on the gateway, the sandbox's resolver. */
+        adguard: z.strictObject({ image: image.default("adguard/adguardhome:v0.107.52") }).prefault({}),
+    })
+    .superRefine((w, ctx) => {
+        if (!w.registry && !w.sandboxShell.image) {
+            ctx.addIssue({ code: "custom", path: ["sandboxShell", "image"], message: "required unless airlock:workloads.registry is set (then it is built)" });
+        }
+        const images: [PropertyKey[], string | undefined, boolean][] = [
+            [["sandboxShell", "image"], w.sandboxShell.image, true],
+            [["browser", "image"], w.browser.image, w.browser.enabled],
+            [["postgres", "image"], w.postgres.image, w.postgres.enabled],
+            [["redis", "image"], w.redis.image, w.redis.enabled],
+            [["api", "image"], w.api.image, w.api.enabled],
+            [["adguard", "image"], w.adguard.image, true],
+            ...w.services.map((s, i): [PropertyKey[], string, boolean] => [["services", i, "image"], s.image, true]),
+        ];
+        for (const [path, ref, used] of images) {
+            if (used && ref && !w.resolveDigests && !PINNED_BY_DIGEST.test(ref)) {
+                ctx.addIssue({ code: "custom", path, message: `${ref} is not pinned: write ${ref.split("@")[0]}@sha256:<digest>, or set airlock:workloads.resolveDigests: true` });
+            }
+        }
+        const names = new Set(["agent-sandbox-shell", "browser", "postgres", "redis", "api"]);
+        w.services.forEach((s, i) => {
+            if (names.has(s.name)) ctx.addIssue({ code: "custom", path: ["services", i, "name"], message: `${s.name} is taken (a built-in service or a duplicate)` });
+            names.add(s.name);
+        });
+    });
+
+const dns = z.strictObject({
+    /** observe: log every query; allowlist: answer only the listed domains (and their subdomains). */
+    mode: z.enum(["observe", "allowlist"]).default("observe"),
+    upstreams: z.array(z.string().regex(/^(https|tls|quic):\/\/[a-z0-9.-]+(:\d+)?(\/[\w./-]*)?$/, "expected an encrypted upstream like https://dns.quad9.net/dns-query")).min(1).default(["https://dns.quad9.net/dns-query"]),
+    /** Plain resolvers used only to look up the upstreams' own names. */
+    bootstrap: z.array(z.string().regex(/^[0-9a-fA-F:.]+$/)).min(1).default(["9.9.9.9", "149.112.112.112"]),
+    allowlist: z.array(z.string().regex(/^(\*\.)?[a-z0-9-]+(\.[a-z0-9-]+)+$/, "expected a domain like github.com")).default([]),
+    /** Days the query log is kept. */
+    queryLogDays: z.number().int().min(1).max(365).default(90),
+});
+
 const stackConfigBase = z.strictObject({
     /** Unique per stack: names every server, firewall, volume, tag and hostname. */
     prefix: z
@@ -100,6 +189,8 @@ const stackConfigBase = z.strictObject({
     agent: z
         .strictObject({
             user: z.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/).default("agent"),
+        /** Fixed, so the egress rules can match the agent's (and its rootless containers') traffic by uid. */
+        uid: z.number().int().min(1000).max(59999).default(1500),
             /** The only variables a client may send (SendEnv/AcceptEnv) and the wrapper passes on. */
             envAllowlist: z
                 .array(envName)
@@ -109,7 +200,9 @@ const stackConfigBase = z.strictObject({
             /** Public keys allowed to run commands as the agent on the sandbox (the gateway agent's key). */
             authorizedKeys: z.array(sshPublicKey).default([]),
         })
-        .default({ user: "agent", envAllowlist: ["GITHUB_TOKEN"], authorizedKeys: [] }),
+        .prefault({}),
+    workloads,
+    dns: dns.prefault({}),
     backup: z
         .strictObject({
             /** Days B2 keeps hidden (superseded) versions before lifecycle rules purge them. */

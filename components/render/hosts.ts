@@ -1,5 +1,13 @@
 import * as YAML from "yaml";
 import type { StackConfig } from "../config/schema";
+import {
+    adguardDataDir,
+    renderAdguardConfig,
+    renderEgressRules,
+    renderGatewayCompose,
+    renderSandboxCompose,
+    ResolvedImages,
+} from "../workloads/compose";
 import { renderTemplate } from "./templates";
 
 /**
@@ -33,8 +41,11 @@ export interface RenderedHost {
 export const TAILNET_AUTH_KEY_PLACEHOLDER = "@TAILNET_AUTH_KEY@";
 export const TAILNET_AUTH_KEY_PATH = "/etc/airlock/tailnet-authkey";
 
-/** Where each host keeps its sshd template; airlock-sshd-config renders the live config from it. */
+/** Where each host keeps its sshd template; airlock-tailnet-render writes the live config from it. */
 export const SSHD_TEMPLATE_PATH = "/etc/airlock/sshd_config.in";
+/** The compose template; airlock-tailnet-render writes /etc/airlock/compose.yml from it. */
+export const COMPOSE_TEMPLATE_PATH = "/etc/airlock/compose.yml.in";
+const RENDER = "/usr/local/sbin/airlock-tailnet-render";
 export const SANDBOX_WRAPPER_PATH = "/usr/local/libexec/airlock/sandbox-shell";
 
 const script = (path: string, template: string, vars: Record<string, string> = {}): HostFile => ({
@@ -49,27 +60,51 @@ const config = (path: string, template: string, vars: Record<string, string> = {
     permissions: "0644",
 });
 
-/** Files both hosts carry: tailnet join, tailnet-only sshd, rootless Docker. */
-function commonFiles(cfg: StackConfig, role: HostRole): HostFile[] {
+/**
+ * Files both hosts carry: tailnet join, tailnet-only sshd, rootless Docker running
+ * the host's compose file, and the unit that renders tailnet-addressed files.
+ */
+function commonFiles(cfg: StackConfig, role: HostRole, compose: string, tailnetConfig: string[], userUnitsAfter: string[], workloadsPre: string[]): HostFile[] {
     return [
         script("/usr/local/sbin/airlock-install-tailscale", "scripts/install-tailscale"),
         script("/usr/local/sbin/airlock-tailnet-join", "scripts/tailnet-join", {
             hostname: cfg.hostnames[role],
             tag: role === "gateway" ? cfg.tailnet.gatewayTag : cfg.tailnet.sandboxTag,
+            // The sandbox resolves through the gateway's AdGuard Home, never through MagicDNS.
+            acceptDns: role === "gateway" ? "true" : "false",
         }),
-        script("/usr/local/sbin/airlock-sshd-config", "scripts/airlock-sshd-config"),
+        script(RENDER, "scripts/tailnet-render"),
         config("/etc/systemd/system/ssh.service.d/10-airlock-tailnet.conf", "systemd/ssh.service.d/10-airlock-tailnet.conf"),
         script("/usr/local/sbin/airlock-setup-rootless-docker", "scripts/setup-rootless-docker", {
             agentUser: cfg.agent.user,
         }),
         config("/etc/systemd/user/docker.service", "systemd/user/docker.service"),
+        { path: COMPOSE_TEMPLATE_PATH, content: compose, permissions: "0644" },
+        config("/etc/systemd/system/airlock-tailnet-config.service", "systemd/airlock-tailnet-config.service", {
+            execStart: tailnetConfig.map((line) => `ExecStart=${line}`).join("\n"),
+        }),
+        config("/etc/systemd/user/airlock-workloads.service", "systemd/user/airlock-workloads.service", {
+            execStartPre: workloadsPre.map((line) => `ExecStartPre=${line}\n`).join(""),
+        }),
+        config("/etc/systemd/system/user@.service.d/10-airlock.conf", "systemd/user@.service.d/10-airlock.conf", {
+            units: userUnitsAfter.join(" "),
+        }),
     ];
 }
 
-export function renderSandbox(cfg: StackConfig): RenderedHost {
+const renderCompose = `${RENDER} --mode 0644 ${COMPOSE_TEMPLATE_PATH} /etc/airlock/compose.yml /usr/bin/docker-compose --log-level ERROR config --quiet --file`;
+
+export function renderSandbox(cfg: StackConfig, images: ResolvedImages): RenderedHost {
     const user = cfg.agent.user;
+    const resolver = `--resolver ${cfg.hostnames.gateway}`;
+    const tailnetConfig = [
+        renderCompose,
+        `${RENDER} --mode 0644 ${resolver} /etc/airlock/resolv.conf.in /etc/resolv.conf`,
+        `${RENDER} ${resolver} /etc/airlock/egress.nft.in /etc/airlock/egress.nft /usr/sbin/nft --check --file`,
+        "/usr/sbin/nft --file /etc/airlock/egress.nft",
+    ];
     const files: HostFile[] = [
-        ...commonFiles(cfg, "sandbox"),
+        ...commonFiles(cfg, "sandbox", renderSandboxCompose(cfg, images), tailnetConfig, ["airlock-workspace.service", "airlock-tailnet-config.service"], []),
         {
             path: SSHD_TEMPLATE_PATH,
             content: renderTemplate("sshd/sandbox.sshd_config", {
@@ -89,16 +124,23 @@ export function renderSandbox(cfg: StackConfig): RenderedHost {
         }),
         script("/usr/local/sbin/airlock-mount-workspace", "scripts/mount-workspace", { agentUser: user }),
         config("/etc/systemd/system/airlock-workspace.service", "systemd/airlock-workspace.service"),
-        config("/etc/systemd/system/user@.service.d/10-airlock-workspace.conf", "systemd/user@.service.d/10-airlock-workspace.conf"),
+        { path: "/etc/airlock/resolv.conf.in", content: "# airlock: the gateway's AdGuard Home is the only resolver.\nnameserver @RESOLVER_IPV4@\noptions edns0\n", permissions: "0644" },
+        { path: "/etc/airlock/egress.nft.in", content: renderEgressRules(cfg), permissions: "0600" },
+        script("/usr/local/sbin/airlock-egress-refresh", "scripts/egress-refresh", { allowlist: cfg.dns.allowlist.map((d) => `"${d}"`).join(" ") }),
+        config("/etc/systemd/system/airlock-egress-refresh.service", "systemd/airlock-egress-refresh.service"),
+        config("/etc/systemd/system/airlock-egress-refresh.timer", "systemd/airlock-egress-refresh.timer"),
     ];
-    return assemble(cfg, "sandbox", files, { agentUser: user });
+    return assemble(cfg, "sandbox", files, { agentUser: user, agentUid: String(cfg.agent.uid) });
 }
 
-export function renderGateway(cfg: StackConfig): RenderedHost {
+export function renderGateway(cfg: StackConfig, images: ResolvedImages): RenderedHost {
     const { adminUser } = cfg.gateway;
     const user = cfg.agent.user;
+    const adguard = adguardDataDir(cfg);
+    // The rendered AdGuard config replaces the live one at every start: this stack is the source of truth.
+    const workloadsPre = [`/usr/bin/install -D -m 0600 /etc/airlock/adguard/AdGuardHome.yaml ${adguard}/conf/AdGuardHome.yaml`, `/usr/bin/mkdir -p ${adguard}/work`];
     const files: HostFile[] = [
-        ...commonFiles(cfg, "gateway"),
+        ...commonFiles(cfg, "gateway", renderGatewayCompose(cfg, images), [renderCompose], ["airlock-tailnet-config.service"], workloadsPre),
         {
             path: SSHD_TEMPLATE_PATH,
             content: renderTemplate("sshd/gateway.sshd_config", { adminUser }),
@@ -115,8 +157,11 @@ export function renderGateway(cfg: StackConfig): RenderedHost {
             sendEnv: cfg.agent.envAllowlist.join(" "),
         }),
         script("/usr/local/sbin/airlock-gateway-agent-key", "scripts/gateway-agent-key", { agentUser: user }),
+        { path: "/etc/airlock/adguard/AdGuardHome.yaml", content: renderAdguardConfig(cfg), permissions: "0644" },
+        // Rootless Docker publishes AdGuard's port 53 as the agent user.
+        { path: "/etc/sysctl.d/60-airlock-dns-port.conf", content: "# airlock: let the agent's rootless Docker publish DNS (53) on the tailnet address.\nnet.ipv4.ip_unprivileged_port_start = 53\n", permissions: "0644" },
     ];
-    return assemble(cfg, "gateway", files, { adminUser, agentUser: user });
+    return assemble(cfg, "gateway", files, { adminUser, agentUser: user, agentUid: String(cfg.agent.uid) });
 }
 
 /** The cloud-init template plus every file as a write_files entry, and the join key file last. */
@@ -141,4 +186,10 @@ export function withTailnetKey(cloudInit: string, key: string): string {
     if (parts.length !== 2) throw new Error(`expected exactly one ${TAILNET_AUTH_KEY_PLACEHOLDER} in cloud-init`);
     if (!/^[A-Za-z0-9_-]+$/.test(key)) throw new Error("tailnet auth key has unexpected characters");
     return parts.join(key);
+}
+
+/** Fills the built sandbox-shell image reference (only a digest-pinned reference is accepted). */
+export function withBuiltImage(cloudInit: string, placeholder: string, reference: string): string {
+    if (!/^[a-z0-9./:_-]+@sha256:[0-9a-f]{64}$/.test(reference)) throw new Error(`built image reference ${reference} is not pinned by digest`);
+    return cloudInit.split(placeholder).join(reference);
 }

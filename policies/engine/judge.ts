@@ -77,7 +77,7 @@ export function judgeCompose(text: string, ctx: JudgeContext, origin: Origin = {
 export function embeddedKind(hostPath: string): { kind: "sshd" | "compose"; fragment: boolean } | undefined {
     if (/^\/etc\/ssh\/sshd_config$|^\/etc\/airlock\/sshd_config(\.in)?$/.test(hostPath)) return { kind: "sshd", fragment: false };
     if (/^\/etc\/ssh\/sshd_config\.d\/[^/]+\.conf$/.test(hostPath)) return { kind: "sshd", fragment: true };
-    if (/(^|\/)(docker-)?compose(\.[\w-]+)?\.ya?ml$/.test(hostPath)) return { kind: "compose", fragment: false };
+    if (/(^|\/)(docker-)?compose(\.[\w-]+)?\.ya?ml(\.in)?$/.test(hostPath)) return { kind: "compose", fragment: false };
     return undefined;
 }
 

@@ -2,7 +2,11 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import * as YAML from "yaml";
-import { planStack, PlanOptions, StackPlan } from "../../cli/offline";
+import { OFFLINE_DIGEST, planStack, PlanOptions, StackPlan } from "../../cli/offline";
+import { PINNED_BY_DIGEST, StackConfig } from "../../components/config/schema";
+import { renderGateway, RenderedHost, renderSandbox } from "../../components/render/hosts";
+import type { ResolvedImages } from "../../components/workloads/compose";
+import { configuredImages } from "../../components/workloads/images";
 
 export const REPO = path.resolve(__dirname, "..", "..");
 export const STACKS_DIR = path.join(REPO, "stacks");
@@ -35,8 +39,14 @@ export function fakeTailnetKey(): string {
 }
 
 /** What providers compute during `pulumi up`, for plans in "up" mode. */
-export const deployedValues: PlanOptions["deployed"] = (type) =>
-    type === "tailscale:index/tailnetKey:TailnetKey" ? { key: fakeTailnetKey() } : {};
+export const deployedValues: PlanOptions["deployed"] = (type) => {
+    if (type === "tailscale:index/tailnetKey:TailnetKey") return { key: fakeTailnetKey() };
+    if (type === "docker:index/image:Image") return { repoDigest: BUILT_IMAGE };
+    return {};
+};
+
+/** What a build of the sandbox shell pushes, for plans in "up" mode. */
+export const BUILT_IMAGE = `ghcr.io/example-co/airlock/airlock-sandbox-shell@sha256:${"ab".repeat(32)}`;
 
 export function planShipped(stack: string, mode: "preview" | "up" = "preview"): Promise<StackPlan> {
     return planStack(stackFile(stack), stack, { mode, deployed: deployedValues });
@@ -50,4 +60,15 @@ export function resourceNamed(plan: StackPlan, type: string, name: string) {
     const found = plan.resources.find((r) => r.type === type && r.name === name);
     if (!found) throw new Error(`no ${type} named ${name} in plan of ${plan.stack}`);
     return found;
+}
+
+/** The stack's hosts rendered as the offline plan renders them (tags resolved to OFFLINE_DIGEST). */
+export function renderHosts(cfg: StackConfig): { gateway: RenderedHost; sandbox: RenderedHost } {
+    const images = configuredImages(cfg);
+    const pin = (ref: string) => (PINNED_BY_DIGEST.test(ref) || ref.startsWith("@") ? ref : `${ref}@${OFFLINE_DIGEST}`);
+    const resolved: ResolvedImages = {
+        ...(Object.fromEntries(Object.entries(images).filter(([k]) => k !== "services").map(([k, v]) => [k, pin(v as string)])) as Omit<ResolvedImages, "services">),
+        services: Object.fromEntries(Object.entries(images.services).map(([k, v]) => [k, pin(v)])),
+    };
+    return { gateway: renderGateway(cfg, resolved), sandbox: renderSandbox(cfg, resolved) };
 }

@@ -1,13 +1,13 @@
 import * as YAML from "yaml";
 import { describe, expect, it } from "vitest";
 import { readStackFile } from "../../components/config/load";
-import { renderGateway, renderSandbox, TAILNET_AUTH_KEY_PATH, withTailnetKey } from "../../components/render/hosts";
-import { fakeTailnetKey, stackFile } from "../helpers/stacks";
+import {TAILNET_AUTH_KEY_PATH, withTailnetKey } from "../../components/render/hosts";
+import { fakeTailnetKey, stackFile, renderHosts } from "../helpers/stacks";
 import { cloudInit, ruleIds } from "./helpers";
 
 const cfg = readStackFile(stackFile("dev"));
-const sandboxUserData = withTailnetKey(renderSandbox(cfg).cloudInit, fakeTailnetKey());
-const gatewayUserData = withTailnetKey(renderGateway(cfg).cloudInit, fakeTailnetKey());
+const sandboxUserData = withTailnetKey(renderHosts(cfg).sandbox.cloudInit, fakeTailnetKey());
+const gatewayUserData = withTailnetKey(renderHosts(cfg).gateway.cloudInit, fakeTailnetKey());
 
 /** Edit the parsed document, render it back. */
 function edited(change: (doc: Record<string, any>) => void, text = sandboxUserData): string {
