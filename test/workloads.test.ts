@@ -1,0 +1,214 @@
+import * as fs from "node:fs";
+import * as path from "node:path";
+import * as YAML from "yaml";
+import { z } from "zod";
+import { describe, expect, it } from "vitest";
+import { ConfigError, readStackFile } from "../components/config/load";
+import { COMPOSE_TEMPLATE_PATH } from "../components/render/hosts";
+import { planStack } from "../cli/offline";
+import { gatePlan } from "../cli/gate";
+import { editedStack, renderHosts, SHIPPED_STACKS, stackFile, tempDir } from "./helpers/stacks";
+import { run, toolsAvailable, isRoot } from "./helpers/tools";
+
+const composeOf = (host: { files: { path: string; content: string }[] }) => YAML.parse(host.files.find((f) => f.path === COMPOSE_TEMPLATE_PATH)!.content);
+const fileOf = (host: { files: { path: string; content: string }[] }, p: string) => host.files.find((f) => f.path === p)!.content;
+
+function hostsOf(edit: (c: Record<string, any>) => void) {
+    return renderHosts(readStackFile(editedStack("dev", edit)));
+}
+
+function problemsOf(edit: (c: Record<string, any>) => void): string[] {
+    try {
+        readStackFile(editedStack("dev", edit));
+    } catch (err) {
+        if (err instanceof ConfigError) return err.problems;
+        throw err;
+    }
+    return [];
+}
+
+const HARDENED = {
+    cap_drop: ["ALL"],
+    security_opt: ["no-new-privileges:true"],
+    pids_limit: 256,
+    mem_limit: "3g",
+    cpus: 1.8,
+    ulimits: { nofile: { soft: 4096, hard: 8192 }, nproc: { soft: 1024, hard: 2048 } },
+    logging: { driver: "json-file", options: { "max-size": "10m", "max-file": "3" } },
+    init: true,
+    ipc: "private",
+};
+
+describe("compose rendering", () => {
+    const everything = hostsOf((c) => {
+        c["airlock:workloads"].postgres = { enabled: true };
+        c["airlock:workloads"].redis = { enabled: true };
+        c["airlock:workloads"].api = { enabled: true, image: `registry.example/api:1` };
+        c["airlock:workloads"].services = [{ name: "worker", image: "registry.example/worker:2" }];
+    });
+
+    it.each([
+        ...SHIPPED_STACKS.flatMap((stack) => {
+            const hosts = renderHosts(readStackFile(stackFile(stack)));
+            return [[`${stack}/sandbox`, hosts.sandbox], [`${stack}/gateway`, hosts.gateway]] as const;
+        }),
+        ["every optional service", everything.sandbox] as const,
+    ])("%s: every service carries the hardened defaults", (_, host) => {
+        const services = composeOf(host).services as Record<string, any>;
+        expect(Object.keys(services).length).toBeGreaterThan(0);
+        for (const [name, service] of Object.entries(services)) {
+            expect(service, name).toMatchObject(HARDENED);
+            expect(service.tmpfs.map((t: string) => t.split(":")[0]), name).toEqual(["/tmp", "/run"]);
+            expect(service.cap_add ?? [], name).toEqual(expect.arrayContaining([]));
+            for (const cap of service.cap_add ?? []) expect(["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID"], name).toContain(cap);
+        }
+    });
+
+    it("a minimal user service (name + image) already renders hardened, on the internal network", () => {
+        const worker = composeOf(everything.sandbox).services.worker;
+        expect(worker).toMatchObject({ ...HARDENED, image: expect.stringMatching(/^registry\.example\/worker:2@sha256:/), networks: ["internal"] });
+    });
+
+    it("the shell works in /workspace; the browser has CDP on the tailnet address only and no /workspace", () => {
+        const { services } = composeOf(everything.sandbox);
+        expect(services["agent-sandbox-shell"]).toMatchObject({ container_name: "agent-sandbox-shell", working_dir: "/workspace", volumes: ["/workspace:/workspace"] });
+        expect(services.browser.ports).toEqual(["@TAILNET_IPV4@:9222:9222"]);
+        expect(JSON.stringify(services.browser.volumes ?? [])).not.toContain("/workspace");
+    });
+
+    it("databases sit on an internal network; the API binds 127.0.0.1", () => {
+        const compose = composeOf(everything.sandbox);
+        expect(compose.networks.internal).toEqual({ internal: true });
+        expect(compose.services.postgres.networks).toEqual(["internal"]);
+        expect(compose.services.redis.networks).toEqual(["internal"]);
+        expect(compose.services.postgres.ports).toBeUndefined();
+        expect(compose.services.api.ports).toEqual(["127.0.0.1:8080:8080"]);
+    });
+
+    it("a stack may tighten a default", () => {
+        const shell = composeOf(hostsOf((c) => (c["airlock:workloads"].sandboxShell.pids_limit = 64)).sandbox).services["agent-sandbox-shell"];
+        expect(shell.pids_limit).toBe(64);
+    });
+});
+
+describe("rejections", () => {
+    it("an image without a digest is a plan-time error naming the key, with the hint to pin it", () => {
+        const problems = problemsOf((c) => {
+            c["airlock:workloads"].resolveDigests = false;
+            c["airlock:workloads"].sandboxShell.image = `debian@sha256:${"a".repeat(64)}`;
+            c["airlock:workloads"].adguard = { image: `adguard/adguardhome@sha256:${"b".repeat(64)}` };
+        });
+        expect(problems).toEqual([expect.stringMatching(/airlock:workloads\.browser\.image: chromedp\/headless-shell:stable is not pinned: write chromedp\/headless-shell:stable@sha256:<digest>, or set airlock:workloads\.resolveDigests: true$/)]);
+    });
+
+    it("a user service may not take a built-in name", () => {
+        expect(problemsOf((c) => (c["airlock:workloads"].services = [{ name: "browser", image: "x:1" }]))[0]).toContain("airlock:workloads.services[0].name");
+    });
+
+    it("a plain-text DNS upstream is refused", () => {
+        expect(problemsOf((c) => (c["airlock:dns"].upstreams = ["8.8.8.8"]))[0]).toContain("airlock:dns.upstreams[0]");
+    });
+
+    it.each<[string, Record<string, unknown>, string]>([
+        ["a docker socket mount", { volumes: ["/run/user/1500/docker.sock:/var/run/docker.sock"] }, "containers-no-docker-socket"],
+        ["CDP-style port on every address", { ports: ["9222:9222"] }, "containers-ports-private-only"],
+        ["an extra capability", { cap_add: ["NET_ADMIN"] }, "containers-add-only-allowed-capabilities"],
+        ["no pids limit", { pids_limit: -1 }, "containers-resource-limits"],
+    ])("a loosening in the stack (%s) is visible and fails the gate", async (_, loosen, rule) => {
+        const file = editedStack("dev", (c) => (c["airlock:workloads"].services = [{ name: "extra", image: "registry.example/x:1", ...loosen }]));
+        const findings = gatePlan(await planStack(file, "dev"));
+        expect([...new Set(findings.map((f) => f.rule))]).toEqual([rule]);
+    });
+});
+
+/** The AdGuard Home fields airlock writes, with the types AdGuard Home reads them as (schema_version 29). */
+const adguardConfig = z.strictObject({
+    http: z.strictObject({ address: z.string().regex(/^127\.0\.0\.1:\d+$/), session_ttl: z.string() }),
+    users: z.array(z.never()),
+    dns: z.strictObject({
+        bind_hosts: z.array(z.string()),
+        port: z.literal(53),
+        allowed_clients: z.array(z.string()),
+        upstream_dns: z.array(z.string().regex(/^(https|tls|quic):\/\//)).min(1),
+        bootstrap_dns: z.array(z.string()).min(1),
+        upstream_mode: z.enum(["load_balance", "parallel", "fastest_addr"]),
+        refuse_any: z.boolean(),
+        ratelimit: z.number().int(),
+        cache_size: z.number().int(),
+        anonymize_client_ip: z.literal(false),
+    }),
+    tls: z.strictObject({ enabled: z.literal(false) }),
+    querylog: z.strictObject({ enabled: z.literal(true), file_enabled: z.literal(true), interval: z.string().regex(/^\d+h$/), size_memory: z.number(), ignored: z.array(z.string()) }),
+    statistics: z.strictObject({ enabled: z.boolean(), interval: z.string() }),
+    filtering: z.strictObject({ protection_enabled: z.literal(true), filtering_enabled: z.literal(true), blocking_mode: z.string() }),
+    filters: z.array(z.unknown()),
+    whitelist_filters: z.array(z.unknown()),
+    user_rules: z.array(z.string()),
+    dhcp: z.strictObject({ enabled: z.literal(false) }),
+    schema_version: z.number().int(),
+});
+
+describe("AdGuard Home", () => {
+    it.each(SHIPPED_STACKS)("%s: the rendered AdGuardHome.yaml has AdGuard Home's fields and types, query log on", (stack) => {
+        const cfg = readStackFile(stackFile(stack));
+        const parsed = adguardConfig.parse(YAML.parse(fileOf(renderHosts(cfg).gateway, "/etc/airlock/adguard/AdGuardHome.yaml")));
+        expect(parsed.dns.upstream_dns).toEqual(cfg.dns.upstreams);
+        expect(parsed.querylog.interval).toBe(`${cfg.dns.queryLogDays * 24}h`);
+    });
+
+    it("observe mode blocks nothing; allowlist mode blocks everything but the listed domains", () => {
+        const observe = YAML.parse(fileOf(hostsOf((c) => (c["airlock:dns"] = { mode: "observe" })).gateway, "/etc/airlock/adguard/AdGuardHome.yaml"));
+        expect(observe.user_rules).toEqual([]);
+        const allow = YAML.parse(fileOf(hostsOf((c) => (c["airlock:dns"] = { mode: "allowlist", allowlist: ["github.com", "*.npmjs.org"] })).gateway, "/etc/airlock/adguard/AdGuardHome.yaml"));
+        expect(allow.user_rules).toEqual(["||*^", "@@||github.com^", "@@||npmjs.org^"]);
+    });
+
+    it("publishes DNS on the gateway's tailnet address only", () => {
+        const { services } = composeOf(renderHosts(readStackFile(stackFile("dev"))).gateway);
+        expect(services.adguard.ports).toEqual(["@TAILNET_IPV4@:53:53/udp", "@TAILNET_IPV4@:53:53/tcp"]);
+    });
+});
+
+describe("sandbox egress rules", () => {
+    const egress = (mode: string) => fileOf(hostsOf((c) => (c["airlock:dns"] = { mode, allowlist: ["github.com"] })).sandbox, "/etc/airlock/egress.nft.in");
+
+    it.each(["observe", "allowlist"])("%s: DNS only to the resolver, no metadata service for the agent uid", (mode) => {
+        const rules = egress(mode);
+        expect(rules).toContain("meta l4proto { tcp, udp } th dport 53 ip daddr != @resolver4 drop");
+        expect(rules).toContain("meta skuid 1500 ip daddr 169.254.169.254 drop");
+        expect(rules).toContain("elements = { @RESOLVER_IPV4@ }");
+    });
+
+    it("allowlist mode drops the agent's egress except tailnet, resolver and allowlisted addresses", () => {
+        expect(egress("allowlist")).toMatch(/meta skuid 1500 counter drop/);
+        expect(egress("observe")).not.toMatch(/meta skuid 1500 counter drop/);
+    });
+
+    it.runIf(toolsAvailable("nft", ["nft"]) && isRoot())("nft --check accepts the rules of both modes", () => {
+        for (const mode of ["observe", "allowlist"]) {
+            const file = path.join(tempDir("nft"), "egress.nft");
+            fs.writeFileSync(file, egress(mode).replaceAll("@RESOLVER_IPV4@", "100.100.7.9"));
+            const result = run("nft", ["--check", "--file", file]);
+            expect(result.stderr, mode).toBe("");
+            expect(result.status, mode).toBe(0);
+        }
+    });
+});
+
+describe.runIf(toolsAvailable("docker-compose config", ["docker-compose"]))("docker-compose config", () => {
+    it.each(
+        SHIPPED_STACKS.flatMap((stack) => {
+            const hosts = renderHosts(readStackFile(stackFile(stack)));
+            return [[`${stack}/sandbox`, hosts.sandbox], [`${stack}/gateway`, hosts.gateway]] as const;
+        }),
+    )("%s: the rendered compose file is valid", (_, host) => {
+        const file = path.join(tempDir("compose"), "compose.yml");
+        const text = fileOf(host, COMPOSE_TEMPLATE_PATH)
+            .replaceAll("@TAILNET_IPV4@", "100.100.7.1")
+            .replaceAll("@SANDBOX_SHELL_IMAGE@", `registry.example/shell@sha256:${"c".repeat(64)}`);
+        fs.writeFileSync(file, text);
+        const result = run("docker-compose", ["--log-level", "ERROR", "--file", file, "config", "--quiet"]);
+        expect(result.stderr).toBe("");
+        expect(result.status).toBe(0);
+    });
+});
