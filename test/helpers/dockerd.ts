@@ -1,0 +1,77 @@
+import { ChildProcess, spawn } from "node:child_process";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { run } from "./tools";
+
+/**
+ * A private, rootful dockerd for the tests: its own data root, exec root and
+ * socket, no iptables and no default bridge, so it leaves the machine's networking
+ * alone. Production runs rootless Docker under the agent user; a rootful test
+ * daemon runs the same compose file and proves the same container settings.
+ */
+export interface TestDocker {
+    env: NodeJS.ProcessEnv;
+    docker(args: string[], input?: string): ReturnType<typeof run>;
+    /** Stops the daemon and waits for it (SIGKILL after 20 s). */
+    stop(): Promise<void>;
+}
+
+export async function startDockerd(dir: string, extraSockets: string[] = []): Promise<TestDocker> {
+    const socket = path.join(dir, "docker.sock");
+    const hosts = [socket, ...extraSockets].flatMap((s) => ["-H", `unix://${s}`]);
+    const log = fs.openSync(path.join(dir, "dockerd.log"), "a");
+    const daemon: ChildProcess = spawn(
+        "dockerd",
+        ["--data-root", path.join(dir, "data"), "--exec-root", path.join(dir, "exec"), "--pidfile", path.join(dir, "dockerd.pid"), ...hosts, "--iptables=false", "--ip6tables=false", "--bridge=none", "--config-file", path.join(dir, "daemon.json")],
+        { stdio: ["ignore", log, log], detached: false },
+    );
+    fs.writeFileSync(path.join(dir, "daemon.json"), "{}\n");
+    const env = { ...process.env, DOCKER_HOST: `unix://${socket}`, DOCKER_BUILDKIT: "0" };
+    const docker = (args: string[], input?: string) => run("docker", args, { env, input, timeout: 120_000 });
+    for (let i = 0; i < 300; i++) {
+        if (docker(["info", "--format", "{{.ServerVersion}}"]).status === 0) {
+            const stop = () =>
+                new Promise<void>((resolve) => {
+                    if (daemon.exitCode !== null) return resolve();
+                    const timer = setTimeout(() => daemon.kill("SIGKILL"), 20_000);
+                    daemon.once("exit", () => {
+                        clearTimeout(timer);
+                        resolve();
+                    });
+                    daemon.kill("SIGTERM");
+                });
+            return { env, docker, stop };
+        }
+        await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    daemon.kill("SIGKILL");
+    throw new Error(`dockerd did not start: ${fs.readFileSync(path.join(dir, "dockerd.log"), "utf8").slice(-2000)}`);
+}
+
+/**
+ * A minimal image with busybox and bash (the wrapper runs `bash -lc`), from this
+ * machine's own binaries: no registry, no network.
+ */
+export function importTestImage(docker: TestDocker, dir: string, tag: string): void {
+    const rootfs = path.join(dir, "rootfs");
+    fs.mkdirSync(path.join(rootfs, "bin"), { recursive: true });
+    for (const d of ["tmp", "run", "workspace", "proc", "sys", "dev", "etc"]) fs.mkdirSync(path.join(rootfs, d), { recursive: true });
+    fs.copyFileSync("/bin/busybox", path.join(rootfs, "bin/busybox"));
+    fs.chmodSync(path.join(rootfs, "bin/busybox"), 0o755);
+    for (const applet of run("/bin/busybox", ["--list"]).stdout.trim().split("\n")) {
+        const link = path.join(rootfs, "bin", applet);
+        if (!fs.existsSync(link)) fs.symlinkSync("busybox", link);
+    }
+    const bash = fs.realpathSync("/bin/bash");
+    fs.rmSync(path.join(rootfs, "bin/bash"), { force: true });
+    fs.copyFileSync(bash, path.join(rootfs, "bin/bash"));
+    fs.chmodSync(path.join(rootfs, "bin/bash"), 0o755);
+    for (const lib of run("ldd", [bash]).stdout.matchAll(/(\/\S+\.so[.\d]*)/g)) {
+        const target = path.join(rootfs, lib[1]);
+        fs.mkdirSync(path.dirname(target), { recursive: true });
+        fs.copyFileSync(fs.realpathSync(lib[1]), target);
+    }
+    fs.writeFileSync(path.join(rootfs, "etc/passwd"), "root:x:0:0:root:/root:/bin/bash\n");
+    const imported = run("sh", ["-c", `tar -C '${rootfs}' -c . | docker import --change 'CMD ["sleep","infinity"]' - ${tag}`], { env: docker.env });
+    if (imported.status !== 0) throw new Error(`docker import: ${imported.stderr}`);
+}
