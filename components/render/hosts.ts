@@ -97,9 +97,13 @@ const renderCompose = `${RENDER} --mode 0644 ${COMPOSE_TEMPLATE_PATH} /etc/airlo
 export function renderSandbox(cfg: StackConfig, images: ResolvedImages): RenderedHost {
     const user = cfg.agent.user;
     const resolver = `--resolver ${cfg.hostnames.gateway}`;
+    const dockerConfigDir = `/home/${user}/.config/docker`;
     const tailnetConfig = [
         renderCompose,
         `${RENDER} --mode 0644 ${resolver} /etc/airlock/resolv.conf.in /etc/resolv.conf`,
+        // The agent's Docker daemon resolves through the same resolver.
+        `/usr/bin/install -d -o ${user} -g ${user} ${dockerConfigDir}`,
+        `${RENDER} --mode 0644 ${resolver} /etc/airlock/docker-daemon.json.in ${dockerConfigDir}/daemon.json`,
         `${RENDER} ${resolver} /etc/airlock/egress.nft.in /etc/airlock/egress.nft /usr/sbin/nft --check --file`,
         "/usr/sbin/nft --file /etc/airlock/egress.nft",
     ];
@@ -126,6 +130,7 @@ export function renderSandbox(cfg: StackConfig, images: ResolvedImages): Rendere
         config("/etc/systemd/system/airlock-workspace.service", "systemd/airlock-workspace.service"),
         { path: "/etc/airlock/resolv.conf.in", content: "# airlock: the gateway's AdGuard Home is the only resolver.\nnameserver @RESOLVER_IPV4@\noptions edns0\n", permissions: "0644" },
         { path: "/etc/airlock/egress.nft.in", content: renderEgressRules(cfg), permissions: "0600" },
+        { path: "/etc/airlock/docker-daemon.json.in", content: '{ "dns": ["@RESOLVER_IPV4@"] }\n', permissions: "0644" },
         script("/usr/local/sbin/airlock-egress-refresh", "scripts/egress-refresh", { allowlist: cfg.dns.allowlist.map((d) => `"${d}"`).join(" ") }),
         config("/etc/systemd/system/airlock-egress-refresh.service", "systemd/airlock-egress-refresh.service"),
         config("/etc/systemd/system/airlock-egress-refresh.timer", "systemd/airlock-egress-refresh.timer"),
