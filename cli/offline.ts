@@ -45,6 +45,8 @@ export const OFFLINE_DIGEST = `sha256:${"0".repeat(64)}`;
 const COMPUTED_AT_DEPLOY: Record<string, string[]> = {
     "tailscale:index/tailnetKey:TailnetKey": ["key", "id", "createdAt", "expiresAt", "invalid"],
     "hcloud:index/server:Server": ["ipv4Address", "ipv6Address", "ipv6Network", "status"],
+    "tls:index/privateKey:PrivateKey": ["privateKeyOpenssh", "privateKeyPem", "publicKeyOpenssh", "publicKeyPem", "publicKeyFingerprintSha256"],
+    "docker:index/image:Image": ["repoDigest"],
 };
 
 export function stackFilePath(stacksDir: string, stack: string): string {

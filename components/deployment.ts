@@ -1,5 +1,6 @@
 import * as hcloud from "@pulumi/hcloud";
 import * as pulumi from "@pulumi/pulumi";
+import * as tls from "@pulumi/tls";
 import type { StackConfig } from "./config/schema";
 import { GatewayHost } from "./gatewayHost";
 import { SandboxHost } from "./sandboxHost";
@@ -39,6 +40,10 @@ export class Deployment extends pulumi.ComponentResource {
             { parent: this },
         );
 
+        // The sandbox's ssh identity: stable across sandbox replacements, so the
+        // gateway's pin stays valid; replace this resource to rotate it.
+        const sandboxHostKey = new tls.PrivateKey(`${name}-sandbox-host-key`, { algorithm: "ED25519" }, { parent: this });
+
         this.workloads = new Workloads(`${name}-workloads`, { config: cfg }, { parent: this });
 
         const common = {
@@ -50,7 +55,7 @@ export class Deployment extends pulumi.ComponentResource {
         };
         this.gateway = new GatewayHost(
             `${name}-gateway`,
-            { ...common, server: cfg.gateway, tailnetTag: cfg.tailnet.gatewayTag },
+            { ...common, server: cfg.gateway, tailnetTag: cfg.tailnet.gatewayTag, sandboxHostKey: { publicKey: sandboxHostKey.publicKeyOpenssh } },
             { parent: this },
         );
         this.sandbox = new SandboxHost(
@@ -60,6 +65,7 @@ export class Deployment extends pulumi.ComponentResource {
                 server: cfg.sandbox,
                 tailnetTag: cfg.tailnet.sandboxTag,
                 builtSandboxShell: this.workloads.builtSandboxShell,
+                sandboxHostKey: { publicKey: sandboxHostKey.publicKeyOpenssh, privateKey: sandboxHostKey.privateKeyOpenssh },
                 workspaceVolumeGb: cfg.sandbox.workspaceVolumeGb,
                 protectWorkspace: cfg.sandbox.protectWorkspace,
             },

@@ -2,7 +2,7 @@ import * as hcloud from "@pulumi/hcloud";
 import * as pulumi from "@pulumi/pulumi";
 import type * as tailscale from "@pulumi/tailscale";
 import { Artifacts, artifactStash } from "./artifacts";
-import { HostRole, RenderedHost, withBuiltImage, withTailnetKey } from "./render/hosts";
+import { HostRole, RenderedHost, withBuiltImage, withSandboxHostKey, withTailnetKey } from "./render/hosts";
 import { BUILT_SANDBOX_SHELL_PLACEHOLDER } from "./workloads/compose";
 import type { Tailnet } from "./tailnet";
 
@@ -32,6 +32,8 @@ export interface HostArgs {
     breakGlassSshKeyId: pulumi.Input<string>;
     /** The built sandbox-shell reference, when the stack builds it (filled into user_data at deploy). */
     builtSandboxShell?: pulumi.Output<string>;
+    /** The sandbox's ssh host key: the sandbox gets the pair, the gateway pins the public half. */
+    sandboxHostKey: { publicKey: pulumi.Output<string>; privateKey?: pulumi.Output<string> };
 }
 
 /** The one inbound port a host opens to the internet: Tailscale's direct (peer-to-peer) UDP. */
@@ -98,10 +100,10 @@ export function provisionHost(
     // The rendered document plus what only exists at deploy time: the join key, and
     // the built image's digest-pinned reference.
     const userData = pulumi
-        .all([rendered, joinKey.key, args.builtSandboxShell ?? ""])
-        .apply(([host, key, built]) => {
-            const withKey = withTailnetKey(host.cloudInit, key);
-            return built ? withBuiltImage(withKey, BUILT_SANDBOX_SHELL_PLACEHOLDER, built) : withKey;
+        .all([rendered, joinKey.key, args.builtSandboxShell ?? "", args.sandboxHostKey.publicKey, args.sandboxHostKey.privateKey])
+        .apply(([host, key, built, hostPublicKey, hostPrivateKey]) => {
+            const withKeys = withSandboxHostKey(withTailnetKey(host.cloudInit, key), hostPublicKey, hostPrivateKey);
+            return built ? withBuiltImage(withKeys, BUILT_SANDBOX_SHELL_PLACEHOLDER, built) : withKeys;
         });
 
     const server = new hcloud.Server(

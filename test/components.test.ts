@@ -5,7 +5,7 @@ import { describe, expect, it } from "vitest";
 import { writePlan } from "../cli/plan";
 import { artifactsOf } from "../components/artifacts";
 import { TAILNET_AUTH_KEY_PATH, withBuiltImage } from "../components/render/hosts";
-import { BUILT_IMAGE, editedStack, fakeTailnetKey, planShipped, resourceNamed, resourcesOfType, SHIPPED_STACKS, tempDir, deployedValues } from "./helpers/stacks";
+import { BUILT_IMAGE, editedStack, fakeTailnetKey, testHostKey, planShipped, resourceNamed, resourcesOfType, SHIPPED_STACKS, tempDir, deployedValues } from "./helpers/stacks";
 import { planStack, UNKNOWN } from "../cli/offline";
 
 const T = {
@@ -24,6 +24,7 @@ const T = {
     stash: "pulumi:index:Stash",
     workloads: "airlock:index:Workloads",
     image: "docker:index/image:Image",
+    hostKey: "tls:index/privateKey:PrivateKey",
 };
 
 describe.each(SHIPPED_STACKS)("the %s stack under mocks", (stack) => {
@@ -50,6 +51,7 @@ describe.each(SHIPPED_STACKS)("the %s stack under mocks", (stack) => {
             }
         }
         expected.push([T.workloads, `${p}-workloads`, `${T.deployment} ${p}`]);
+        expected.push([T.hostKey, `${p}-sandbox-host-key`, `${T.deployment} ${p}`]);
         if (plan.config.tailnet.manageAcl) expected.push([T.acl, `${p}-tailnet-policy`, `${T.tailnet} ${p}-tailnet`]);
         // Only a stack with a registry builds the hardened shell image.
         if (plan.config.workloads.registry) expected.push([T.image, `${p}-workloads-sandbox-shell`, `${T.workloads} ${p}-workloads`]);
@@ -132,7 +134,7 @@ describe.each(SHIPPED_STACKS)("the %s stack under mocks", (stack) => {
         }
     });
 
-    it("user_data holds no secret but the single-use join key, once, in its own file", async () => {
+    it("user_data holds no secret but the join key (once, in its own file) and the sandbox's host key (in ssh_keys)", async () => {
         const plan = await planShipped(stack, "up");
         const key = fakeTailnetKey();
         for (const role of ["gateway", "sandbox"]) {
@@ -142,7 +144,21 @@ describe.each(SHIPPED_STACKS)("the %s stack under mocks", (stack) => {
             const keyFiles = doc.write_files.filter((f: any) => f.content.includes(key));
             expect(keyFiles.map((f: any) => [f.path, f.permissions])).toEqual([[TAILNET_AUTH_KEY_PATH, "0600"]]);
 
-            const rest = YAML.stringify({ ...doc, write_files: doc.write_files.filter((f: any) => f.path !== TAILNET_AUTH_KEY_PATH) });
+            // The second exception: the sandbox's own host key, in the ssh_keys module only.
+            const hostKey = testHostKey();
+            if (role === "sandbox") {
+                expect(doc.ssh_keys).toEqual({ ed25519_private: hostKey.privateKeyOpenssh, ed25519_public: hostKey.publicKeyOpenssh });
+                expect(userData.split("PRIVATE KEY-----")).toHaveLength(3);
+            } else {
+                expect(doc.ssh_keys).toBeUndefined();
+                const knownHosts = doc.write_files.find((f: any) => f.path === "/etc/airlock/known_hosts").content;
+                expect(knownHosts).toBe(`${plan.config.hostnames.sandbox} ${hostKey.publicKeyOpenssh}\n`);
+            }
+            const rest = YAML.stringify({
+                ...doc,
+                ssh_keys: undefined,
+                write_files: doc.write_files.filter((f: any) => f.path !== TAILNET_AUTH_KEY_PATH),
+            });
             expect(rest).not.toMatch(/tskey-/);
             expect(rest).not.toMatch(/-----BEGIN [A-Z ]*PRIVATE KEY-----/);
             expect(rest).not.toMatch(/\b(ghp|gho|ghs|ghu|github_pat)_[A-Za-z0-9_]{10,}/);

@@ -3,7 +3,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
-import {RenderedHost, SANDBOX_WRAPPER_PATH, SSHD_TEMPLATE_PATH } from "../components/render/hosts";
+import { GATEWAY_KNOWN_HOSTS_PATH, RenderedHost, SANDBOX_WRAPPER_PATH, SSHD_TEMPLATE_PATH, withSandboxHostKey } from "../components/render/hosts";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
 import { editedStack, REPO, tempDir, renderHosts } from "./helpers/stacks";
 import { installFiles, isRoot, run, toolsAvailable } from "./helpers/tools";
@@ -104,7 +104,13 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
         // options, which ssh reads before the file (first value wins).
         gatewayConfig = path.join(clientDir, "ssh_config");
         fs.writeFileSync(gatewayConfig, file(hosts.gateway, "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf"));
-        fs.writeFileSync(path.join(clientDir, "known_hosts"), `${net.serverTailnet} ${fs.readFileSync(`${hostKey}.pub`, "utf8")}`);
+        // The gateway's rendered known_hosts, filled as at deploy with the sandbox key the stack generated.
+        const hostPublicKey = fs.readFileSync(`${hostKey}.pub`, "utf8").trim().split(" ").slice(0, 2).join(" ");
+        fs.writeFileSync(path.join(clientDir, "known_hosts"), withSandboxHostKey(file(hosts.gateway, GATEWAY_KNOWN_HOSTS_PATH), hostPublicKey));
+        const otherKey = path.join(clientDir, "other_host_key");
+        expect(run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", otherKey]).status).toBe(0);
+        const otherPublicKey = fs.readFileSync(`${otherKey}.pub`, "utf8").trim().split(" ").slice(0, 2).join(" ");
+        fs.writeFileSync(path.join(clientDir, "known_hosts.other"), withSandboxHostKey(file(hosts.gateway, GATEWAY_KNOWN_HOSTS_PATH), otherPublicKey));
     }, 60_000);
 
     afterAll(() => {
@@ -144,7 +150,6 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
                 "-o", `User=${AGENT}`,
                 "-o", `IdentityFile=${clientKey}`,
                 "-o", `UserKnownHostsFile=${clientDir}/known_hosts`,
-                "-o", "StrictHostKeyChecking=yes",
                 "-o", `ControlPath=${clientDir}/cm-%C`,
                 "-o", "ConnectTimeout=5",
                 "sandbox",
@@ -168,6 +173,13 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
             expect(fs.existsSync(target)).toBe(false);
         }
         renderSshdConfig(net.serverTailnet, `${root}/etc/ssh/sshd_config.again`);
+    });
+
+    it("the gateway's config pins the sandbox host key: the stack's key connects, any other is rejected", () => {
+        expect(ssh(["-o", "ControlPath=none"], ["true"]).status).toBe(0);
+        const other = ssh(["-o", "ControlPath=none", "-o", `UserKnownHostsFile=${clientDir}/known_hosts.other`], ["true"]);
+        expect(other.status).toBe(255);
+        expect(other.stderr).toMatch(/Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED/);
     });
 
     it("port 22 on the public address is refused", () => {

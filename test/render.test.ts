@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { hostFirewallRules } from "../components/host";
-import {TAILNET_AUTH_KEY_PLACEHOLDER, withTailnetKey } from "../components/render/hosts";
+import { TAILNET_AUTH_KEY_PLACEHOLDER, withTailnetKey } from "../components/render/hosts";
 import { renderTemplate } from "../components/render/templates";
 import { fakeTailnetKey, SHIPPED_STACKS, stackFile, renderHosts } from "./helpers/stacks";
 

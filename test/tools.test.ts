@@ -2,7 +2,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
-import {RenderedHost, SSHD_TEMPLATE_PATH, withTailnetKey } from "../components/render/hosts";
+import { RenderedHost, SSHD_TEMPLATE_PATH, withTailnetKey } from "../components/render/hosts";
 import { fakeTailnetKey, SHIPPED_STACKS, stackFile, tempDir, renderHosts } from "./helpers/stacks";
 import { installFiles, isRoot, run, TEST_TAILNET_IPV4, toolsAvailable, withTailnetAddress } from "./helpers/tools";
 
@@ -111,6 +111,7 @@ describe.runIf(toolsAvailable("cloud-init schema", ["cloud-init"]))("cloud-init 
         fs.writeFileSync(file, withTailnetKey(host.cloudInit, fakeTailnetKey()));
         const result = run("cloud-init", ["schema", "--config-file", file]);
         expect(result.stdout + result.stderr).toContain("Valid cloud-config");
+        expect(result.stdout + result.stderr).not.toMatch(/deprecat/i);
         expect(result.status).toBe(0);
     });
 });

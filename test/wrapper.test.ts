@@ -2,7 +2,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
-import {SANDBOX_WRAPPER_PATH } from "../components/render/hosts";
+import { SANDBOX_WRAPPER_PATH } from "../components/render/hosts";
 import { editedStack, REPO, tempDir, renderHosts } from "./helpers/stacks";
 import { run, toolsAvailable } from "./helpers/tools";
 

@@ -1,3 +1,4 @@
+import { execFileSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
@@ -39,8 +40,20 @@ export function fakeTailnetKey(): string {
 }
 
 /** What providers compute during `pulumi up`, for plans in "up" mode. */
+/** A real ed25519 host key pair, generated once per test process (never committed). */
+let hostKey: { privateKeyOpenssh: string; publicKeyOpenssh: string } | undefined;
+export function testHostKey(): { privateKeyOpenssh: string; publicKeyOpenssh: string } {
+    if (!hostKey) {
+        const file = path.join(tempDir("hostkey"), "key");
+        execFileSync("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-C", "", "-f", file]);
+        hostKey = { privateKeyOpenssh: fs.readFileSync(file, "utf8"), publicKeyOpenssh: fs.readFileSync(`${file}.pub`, "utf8").trim() };
+    }
+    return hostKey;
+}
+
 export const deployedValues: PlanOptions["deployed"] = (type) => {
     if (type === "tailscale:index/tailnetKey:TailnetKey") return { key: fakeTailnetKey() };
+    if (type === "tls:index/privateKey:PrivateKey") return testHostKey();
     if (type === "docker:index/image:Image") return { repoDigest: BUILT_IMAGE };
     return {};
 };

@@ -1,7 +1,7 @@
 import * as YAML from "yaml";
 import { describe, expect, it } from "vitest";
 import { readStackFile } from "../../components/config/load";
-import {TAILNET_AUTH_KEY_PATH, withTailnetKey } from "../../components/render/hosts";
+import { TAILNET_AUTH_KEY_PATH, withTailnetKey } from "../../components/render/hosts";
 import { fakeTailnetKey, stackFile, renderHosts } from "../helpers/stacks";
 import { cloudInit, ruleIds } from "./helpers";
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { readStackFile } from "../../components/config/load";
-import {SSHD_TEMPLATE_PATH } from "../../components/render/hosts";
+import { SSHD_TEMPLATE_PATH } from "../../components/render/hosts";
 import { stackFile, renderHosts } from "../helpers/stacks";
 import { ruleIds, sshd } from "./helpers";
 
