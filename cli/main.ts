@@ -9,7 +9,11 @@ import { formatFinding } from "../policies/engine/format";
 import { judgeResources } from "../policies/engine/judge";
 import { checkFile, CheckKind, contextOfStack, gatePlan, gateStack, resourcesOfPreview } from "./gate";
 import { listStacks, planStack, stackFilePath } from "./offline";
+import { evaluateChecklist, formatChecklist } from "./checklist";
+import { runDoctor } from "./doctor";
+import { forkStack, ForkRefused } from "./fork";
 import { formatSummary, summarize, writePlan } from "./plan";
+import { paint, status, step } from "./style";
 
 /** Exit codes, the same for every command. */
 export const EXIT = { clean: 0, violations: 1, badInput: 2, internal: 3 } as const;
@@ -103,11 +107,76 @@ withContextOptions(
     }
     const stacks = opts.all ? listStacks(stacksDir()) : [opts.stack!];
     const results = [];
-    for (const stack of stacks) results.push(await gateStack(stacksDir(), stack));
+    for (const stack of stacks) results.push(await step(`gating ${stack}`, () => gateStack(stacksDir(), stack)));
     const findings = results.flatMap((r) => r.findings.map((f) => ({ ...f, stack: r.stack })));
-    if (!opts.json) for (const r of results) process.stdout.write(`${r.stack}: ${r.findings.length === 0 ? "clean" : `${r.findings.length} violation(s)`}\n`);
+    if (!opts.json) {
+        for (const r of results) process.stdout.write(`${r.stack}: ${r.findings.length === 0 ? status("pass", "clean") : status("fail", `${r.findings.length} violation(s)`)}\n`);
+    }
     exitCode = report(findings, opts.json, { stacks: results.map((r) => ({ stack: r.stack, violations: r.findings.length })) });
 });
+
+program
+    .command("fork")
+    .description("derive a new customer stack from an existing one: unique names, no secrets, gated before it is written")
+    .argument("<customer>", "the new stack's name (2-16 of a-z, 0-9, -)")
+    .requiredOption("--from <stack>", "the stack to derive from")
+    .option("--region <location>", "put both hosts in this Hetzner location")
+    .option("--json", "machine-readable output")
+    .action(async (customer: string, opts: { from: string; region?: string; json?: boolean }) => {
+        let result;
+        try {
+            result = await step(`forking ${opts.from} into ${customer}`, () => forkStack({ stacksDir: stacksDir(), customer, from: opts.from, region: opts.region }));
+        } catch (err) {
+            if (!(err instanceof ForkRefused)) throw err;
+            process.stderr.write(`${err.message}\n`);
+            exitCode = report(err.findings, opts.json);
+            return;
+        }
+        if (opts.json) {
+            process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
+            return;
+        }
+        process.stdout.write(`${result.status === "written" ? status("pass", "wrote") : "unchanged:"} ${result.file} (schema and gate: clean)\n`);
+        process.stdout.write(`\ndiffers from ${opts.from}:\n${result.changes.map((c) => `  ${c}`).join("\n")}\n`);
+        process.stdout.write(`\nstill needed (values are never copied):\n${result.stillNeeded.map((c) => `  ${c}`).join("\n")}\n`);
+    });
+
+program
+    .command("checklist")
+    .description("the pre-deployment checklist, evaluated from the stack's offline plan where it can be")
+    .requiredOption("--stack <name>", "stack name")
+    .option("--json", "machine-readable output")
+    .option("--markdown", "a Markdown checklist to paste into a ticket")
+    .action(async (opts: { stack: string; json?: boolean; markdown?: boolean }) => {
+        const plan = await step(`planning ${opts.stack}`, () => planStack(stackFilePath(stacksDir(), opts.stack), opts.stack));
+        const items = evaluateChecklist(plan, gatePlan(plan));
+        const failed = items.filter((i) => i.status === "fail").length;
+        if (opts.json) process.stdout.write(`${JSON.stringify({ stack: opts.stack, failed, items }, null, 2)}\n`);
+        else {
+            process.stdout.write(formatChecklist(items, opts.markdown === true, status));
+            const counts = ["pass", "fail", "manual"].map((s) => `${items.filter((i) => i.status === s).length} ${s}`).join(", ");
+            process.stdout.write(`\n${opts.markdown ? counts : paint("bold", counts)}\n`);
+        }
+        exitCode = failed > 0 ? EXIT.violations : EXIT.clean;
+    });
+
+program
+    .command("doctor")
+    .description("check this machine for a real deployment: pulumi, backend, credentials, ssh (never prints a secret)")
+    .option("--stack <name>", "also look for credentials in this stack's config", "dev")
+    .option("--json", "machine-readable output")
+    .action((opts: { stack: string; json?: boolean }) => {
+        const checks = runDoctor(process.env, stackFilePath(stacksDir(), opts.stack), opts.stack);
+        const failed = checks.filter((c) => c.required && !c.ok);
+        if (opts.json) process.stdout.write(`${JSON.stringify({ ok: failed.length === 0, checks }, null, 2)}\n`);
+        else {
+            for (const c of checks) {
+                const mark = c.ok ? status("pass", "ok  ") : c.required ? status("fail", "FAIL") : status("manual", "warn");
+                process.stdout.write(`${mark} ${c.name}: ${c.detail}${c.ok ? "" : `\n     fix: ${c.fix}`}\n`);
+            }
+        }
+        exitCode = failed.length > 0 ? EXIT.violations : EXIT.clean;
+    });
 
 function readText(file: string): string {
     try {

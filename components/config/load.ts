@@ -56,7 +56,7 @@ export function configFromPulumiRuntime(all: Record<string, string>, stack: stri
 }
 
 /** Keeps `airlock:*` keys, without the namespace; other providers' keys are theirs. */
-function ownKeys(config: Record<string, unknown>): Record<string, unknown> {
+export function ownKeys(config: Record<string, unknown>): Record<string, unknown> {
     const own: Record<string, unknown> = {};
     for (const [key, value] of Object.entries(config)) {
         if (key.startsWith(`${PROJECT}:`)) own[key.slice(PROJECT.length + 1)] = value;

@@ -1,0 +1,226 @@
+import * as YAML from "yaml";
+import type { Finding } from "../policies/engine/finding";
+import { collectArtifacts } from "./plan";
+import type { StackPlan } from "./offline";
+
+/**
+ * The pre-deployment checklist of a hardened agent deployment, evaluated from the
+ * stack's offline plan where it can be, and `manual` with an instruction where it
+ * cannot. An automatic item passes only with its evidence and no finding of its rules.
+ */
+
+export type Section = "architecture" | "secrets" | "containers" | "networking" | "automation boundaries" | "recovery";
+
+export interface ChecklistItem {
+    section: Section;
+    id: string;
+    title: string;
+    status: "pass" | "fail" | "manual";
+    /** What the plan shows (pass/fail), or what to do (manual). */
+    detail: string;
+}
+
+interface AutomaticItem {
+    section: Section;
+    id: string;
+    title: string;
+    /** Gate rules whose findings fail this item. */
+    rules: string[];
+    /** What the plan must show; undefined when it does not show it. */
+    evidence(plan: StackPlan): string | undefined;
+}
+
+interface ManualItem {
+    section: Section;
+    id: string;
+    title: string;
+    instruction: string;
+}
+
+const byType = (plan: StackPlan, type: string) => plan.resources.filter((r) => r.type === type);
+const artifact = (plan: StackPlan, host: string, file: string) => collectArtifacts(plan).get(host)?.[file];
+
+const AUTOMATIC: AutomaticItem[] = [
+    {
+        section: "architecture",
+        id: "separate-hosts",
+        title: "The agent's loop (gateway) and its commands (sandbox) run on separate hosts",
+        rules: [],
+        evidence: (plan) => {
+            const roles = byType(plan, "hcloud:index/server:Server").map((s) => (s.inputs.labels as Record<string, string>)["airlock-role"]);
+            return roles.includes("gateway") && roles.includes("sandbox") ? `servers: ${roles.join(", ")}` : undefined;
+        },
+    },
+    {
+        section: "architecture",
+        id: "sandbox-is-disposable",
+        title: "The sandbox is cattle: ephemeral tailnet node, work kept on a separate volume",
+        rules: ["tailscale-keys-single-use"],
+        evidence: (plan) => {
+            const volume = byType(plan, "hcloud:index/volume:Volume")[0];
+            const key = byType(plan, "tailscale:index/tailnetKey:TailnetKey").find((k) => /sandbox/.test(k.name));
+            return volume && key?.inputs.ephemeral === true ? `volume ${volume.inputs.name} (${volume.inputs.size} GB), ephemeral join key` : undefined;
+        },
+    },
+    {
+        section: "secrets",
+        id: "no-secrets-at-rest",
+        title: "No secret in user_data but the single-use join key and the sandbox's host key",
+        rules: ["cloud-init-no-secrets", "cloud-init-parses", "hcloud-servers-user-data-verifiable"],
+        evidence: (plan) => (artifact(plan, "sandbox", "cloud-init.yaml") && artifact(plan, "gateway", "cloud-init.yaml") ? "both hosts' cloud-init judged" : undefined),
+    },
+    {
+        section: "secrets",
+        id: "per-command-secrets",
+        title: "Secrets travel per command (SendEnv) and only the allowlist reaches the container",
+        rules: ["sshd-accept-env-allowlist", "sshd-no-user-environment"],
+        evidence: (plan) => {
+            const sendEnv = /^\s*SendEnv (.+)$/m.exec(artifact(plan, "gateway", "etc/ssh/ssh_config.d/20-airlock-sandbox.conf") ?? "")?.[1];
+            const acceptEnv = /^AcceptEnv (.+)$/m.exec(artifact(plan, "sandbox", "etc/airlock/sshd_config.in") ?? "")?.[1];
+            return sendEnv && sendEnv === acceptEnv ? `SendEnv = AcceptEnv = ${sendEnv}` : undefined;
+        },
+    },
+    {
+        section: "containers",
+        id: "containers-hardened",
+        title: "Every container: no capabilities beyond the allowed five, no-new-privileges, limits, no socket, no host secrets",
+        rules: [
+            "containers-drop-all-capabilities", "containers-add-only-allowed-capabilities", "containers-not-privileged",
+            "containers-no-new-privileges", "containers-no-unconfined-profiles", "containers-no-host-namespaces", "containers-no-devices",
+            "containers-no-docker-socket", "containers-no-host-secret-mounts", "containers-resource-limits", "containers-browser-no-workspace",
+            "compose-parses",
+        ],
+        evidence: (plan) => {
+            const names = ["sandbox", "gateway"].flatMap((h) => Object.keys(YAML.parse(artifact(plan, h, "etc/airlock/compose.yml.in") ?? "{}")?.services ?? {}));
+            return names.length > 0 ? `services: ${names.join(", ")}` : undefined;
+        },
+    },
+    {
+        section: "containers",
+        id: "images-pinned",
+        title: "Every image is pinned by digest",
+        rules: ["containers-images-pinned-by-digest"],
+        evidence: (plan) => (artifact(plan, "sandbox", "etc/airlock/compose.yml.in") ? "images judged in both compose files" : undefined),
+    },
+    {
+        section: "networking",
+        id: "no-public-inbound",
+        title: "No inbound TCP from the internet; every server has its firewall from creation; container ports on loopback or tailnet only",
+        rules: ["hcloud-firewall-no-public-inbound-tcp", "hcloud-servers-have-firewall", "containers-ports-private-only"],
+        evidence: (plan) => {
+            const firewalls = byType(plan, "hcloud:index/firewall:Firewall");
+            return firewalls.length >= 2 ? `firewalls: ${firewalls.map((f) => f.inputs.name).join(", ")}` : undefined;
+        },
+    },
+    {
+        section: "networking",
+        id: "ssh-tailnet-only",
+        title: "sshd listens on the tailnet address only, keys only, no root",
+        rules: ["sshd-listen-tailnet-only", "sshd-no-password-auth", "sshd-no-root-login", "sshd-parses"],
+        evidence: (plan) => (artifact(plan, "sandbox", "etc/airlock/sshd_config.in") && artifact(plan, "gateway", "etc/airlock/sshd_config.in") ? "both sshd configs judged" : undefined),
+    },
+    {
+        section: "networking",
+        id: "tailnet-least-privilege",
+        title: "The tailnet policy grants gateway->sandbox 22/9222 and sandbox->gateway 53, no wildcards",
+        rules: ["tailnet-acl-no-wildcards"],
+        evidence: (plan) => (artifact(plan, "tailnet", "policy.hujson") ? `policy ${byType(plan, "tailscale:index/acl:Acl").length > 0 ? "managed by airlock" : "rendered for merging"}` : undefined),
+    },
+    {
+        section: "networking",
+        id: "dns-and-egress",
+        title: "DNS only through AdGuard Home (query log on); metadata service blocked for the agent",
+        rules: [],
+        evidence: (plan) => {
+            const nft = artifact(plan, "sandbox", "etc/airlock/egress.nft.in") ?? "";
+            const adguard = artifact(plan, "gateway", "etc/airlock/adguard/AdGuardHome.yaml") ?? "";
+            const ok = /th dport 53 ip daddr != @resolver4 drop/.test(nft) && /169\.254\.169\.254 drop/.test(nft) && YAML.parse(adguard || "{}")?.querylog?.enabled === true;
+            return ok ? `egress mode ${/mode: (\w+)/.exec(nft)?.[1]}` : undefined;
+        },
+    },
+    {
+        section: "networking",
+        id: "sandbox-host-key-pinned",
+        title: "The gateway pins the sandbox's host key (no trust on first use)",
+        rules: [],
+        evidence: (plan) => {
+            const sshConfig = artifact(plan, "gateway", "etc/ssh/ssh_config.d/20-airlock-sandbox.conf") ?? "";
+            return /StrictHostKeyChecking yes/.test(sshConfig) && artifact(plan, "gateway", "etc/airlock/known_hosts") ? "StrictHostKeyChecking yes, known_hosts from the stack" : undefined;
+        },
+    },
+    {
+        section: "automation boundaries",
+        id: "every-command-through-the-wrapper",
+        title: "Every agent command goes through the ForceCommand wrapper; no forwarding, tunnels or PTYs",
+        rules: ["sshd-agent-force-command", "sshd-forwarding-disabled", "sshd-no-tunnel", "sshd-no-x11-forwarding", "cloud-init-no-tailscale-ssh"],
+        evidence: (plan) => /^\s*ForceCommand \S+/m.exec(artifact(plan, "sandbox", "etc/airlock/sshd_config.in") ?? "")?.[0].trim(),
+    },
+    {
+        section: "automation boundaries",
+        id: "agent-unprivileged",
+        title: "The agent has no sudo and no root-equivalent group; nothing is piped from the internet into a shell",
+        rules: ["cloud-init-no-passwordless-sudo-for-agent", "cloud-init-no-pipe-to-shell", "cloud-init-ssh-password-auth-off"],
+        evidence: (plan) => (artifact(plan, "sandbox", "cloud-init.yaml") ? `agent uid ${plan.config.agent.uid}` : undefined),
+    },
+];
+
+const MANUAL: ManualItem[] = [
+    {
+        section: "secrets",
+        id: "provider-credentials-are-secrets",
+        title: "Provider credentials are stack secrets or CI secrets, never files in the repository",
+        instruction: "Set hcloud:token and the Tailscale credentials with `pulumi config set --secret`; `npm run -s airlock -- doctor` checks they are there.",
+    },
+    {
+        section: "automation boundaries",
+        id: "agent-tokens-are-scoped",
+        title: "The agent's GitHub token is per task, short-lived and repository-scoped",
+        instruction: "Mint a fine-grained or GitHub App token per task and pass it as GITHUB_TOKEN on that ssh command only.",
+    },
+    {
+        section: "recovery",
+        id: "backups-configured",
+        title: "Backups run off-host with keys that cannot delete",
+        instruction: "This version does not provision restic/B2 backups yet: back up /workspace and the gateway's data yourself, and record where.",
+    },
+    {
+        section: "recovery",
+        id: "restore-drill-done",
+        title: "A restore has been rehearsed",
+        instruction: "Restore the latest backup into scratch space once, check the data, and record the date here.",
+    },
+];
+
+export function evaluateChecklist(plan: StackPlan, findings: Finding[]): ChecklistItem[] {
+    const automatic = AUTOMATIC.map((item): ChecklistItem => {
+        const hits = findings.filter((f) => item.rules.includes(f.rule));
+        const evidence = item.evidence(plan);
+        if (hits.length > 0) {
+            const rules = [...new Set(hits.map((f) => f.rule))].join(", ");
+            return { section: item.section, id: item.id, title: item.title, status: "fail", detail: `${hits.length} finding(s): ${rules}` };
+        }
+        if (evidence === undefined) return { section: item.section, id: item.id, title: item.title, status: "fail", detail: "the plan does not show it" };
+        return { section: item.section, id: item.id, title: item.title, status: "pass", detail: evidence };
+    });
+    const manual = MANUAL.map((item): ChecklistItem => ({ section: item.section, id: item.id, title: item.title, status: "manual", detail: item.instruction }));
+    const order: Section[] = ["architecture", "secrets", "containers", "networking", "automation boundaries", "recovery"];
+    return [...automatic, ...manual].sort((a, b) => order.indexOf(a.section) - order.indexOf(b.section));
+}
+
+export function formatChecklist(items: ChecklistItem[], markdown: boolean, mark: (status: ChecklistItem["status"], text: string) => string): string {
+    const lines: string[] = [];
+    let section: Section | undefined;
+    for (const item of items) {
+        if (item.section !== section) {
+            section = item.section;
+            lines.push(markdown ? `\n### ${section}\n` : `\n${section}`);
+        }
+        if (markdown) {
+            const box = item.status === "pass" ? "[x]" : "[ ]";
+            lines.push(`- ${box} **${item.title}** (${item.status}): ${item.detail}`);
+        } else {
+            lines.push(`  ${mark(item.status, item.status.padEnd(6))} ${item.title}\n         ${item.detail}`);
+        }
+    }
+    return `${lines.join("\n").replace(/^\n/, "")}\n`;
+}

@@ -1,0 +1,192 @@
+import { spawnSync } from "node:child_process";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import * as YAML from "yaml";
+import { describe, expect, it } from "vitest";
+import { evaluateChecklist } from "../cli/checklist";
+import { runDoctor } from "../cli/doctor";
+import { forkStack, ForkRefused } from "../cli/fork";
+import { gatePlan } from "../cli/gate";
+import { planStack, StackPlan, stackFilePath } from "../cli/offline";
+import { ConfigError } from "../components/config/load";
+import { editedStack, REPO, stackFile, STACKS_DIR, tempDir } from "./helpers/stacks";
+
+function airlock(args: string[], env: NodeJS.ProcessEnv = process.env) {
+    const result = spawnSync(process.execPath, ["--import", "tsx", path.join(REPO, "cli/main.ts"), ...args], { encoding: "utf8", cwd: REPO, env });
+    return { status: result.status, stdout: result.stdout, stderr: result.stderr };
+}
+
+/** A copy of the shipped stacks to fork into. */
+function stacksCopy(): string {
+    const dir = tempDir("stacks");
+    for (const f of fs.readdirSync(STACKS_DIR)) fs.copyFileSync(path.join(STACKS_DIR, f), path.join(dir, f));
+    return dir;
+}
+
+/** Every name that must be unique across customers: cloud names, tags, hostnames, built images. */
+function globalNames(plan: StackPlan): string[] {
+    const names: string[] = [];
+    for (const r of plan.resources) {
+        if (typeof r.inputs.name === "string" && r.type.startsWith("hcloud:")) names.push(`hcloud:${r.inputs.name}`);
+        if (r.type === "tailscale:index/tailnetKey:TailnetKey") names.push(...(r.inputs.tags as string[]));
+        if (r.type === "docker:index/image:Image") names.push(String(r.inputs.imageName));
+    }
+    names.push(plan.config.hostnames.gateway, plan.config.hostnames.sandbox);
+    return names;
+}
+
+describe("airlock fork", () => {
+    it("two customers forked from dev both plan, pass the gate, and share no globally-unique name", async () => {
+        const dir = stacksCopy();
+        const plans: StackPlan[] = [await planStack(stackFilePath(dir, "dev"), "dev")];
+        for (const customer of ["acme", "globex"]) {
+            const result = await forkStack({ stacksDir: dir, customer, from: "dev" });
+            expect(result.status).toBe("written");
+            const plan = await planStack(result.file, customer);
+            expect(gatePlan(plan)).toEqual([]);
+            plans.push(plan);
+        }
+        const [dev, acme, globex] = plans.map((p) => new Set(globalNames(p)));
+        for (const [a, b] of [[dev, acme], [dev, globex], [acme, globex]]) expect([...a].filter((n) => b.has(n))).toEqual([]);
+        expect(acme.size).toBeGreaterThan(8);
+    });
+
+    it("is deterministic and idempotent, and refuses to overwrite a different stack", async () => {
+        const dir = stacksCopy();
+        const first = await forkStack({ stacksDir: dir, customer: "acme", from: "prod", region: "hel1" });
+        const text = fs.readFileSync(first.file, "utf8");
+        const again = await forkStack({ stacksDir: dir, customer: "acme", from: "prod", region: "hel1" });
+        expect(again.status).toBe("unchanged");
+        expect(fs.readFileSync(first.file, "utf8")).toBe(text);
+        await expect(forkStack({ stacksDir: dir, customer: "acme", from: "dev" })).rejects.toThrow(ConfigError);
+        expect(fs.readFileSync(first.file, "utf8")).toBe(text);
+
+        const cli = airlock(["--stacks-dir", dir, "fork", "acme", "--from", "dev"]);
+        expect(cli.status).toBe(2);
+        expect(cli.stderr.trim()).toBe(`${path.join(dir, "Pulumi.acme.yaml")}: exists and differs from a fresh fork of dev; refusing to overwrite it`);
+    });
+
+    it("never copies a secret value, and lists what is still needed", async () => {
+        const dir = stacksCopy();
+        const secretValue = ["v1", "AAABAKq0zPc2w8", "Zy2aVsecretLooking"].join(":");
+        const doc = YAML.parse(fs.readFileSync(path.join(dir, "Pulumi.dev.yaml"), "utf8"));
+        doc.config["hcloud:token"] = { secure: secretValue };
+        doc.config["tailscale:oauthClientSecret"] = { secure: secretValue };
+        doc.config["tailscale:tailnet"] = "dev-tailnet.example";
+        fs.writeFileSync(path.join(dir, "Pulumi.dev.yaml"), YAML.stringify(doc));
+
+        const result = await forkStack({ stacksDir: dir, customer: "acme", from: "dev" });
+        const written = fs.readFileSync(result.file, "utf8");
+        expect(written).not.toContain(secretValue);
+        expect(written).not.toMatch(/secure:|tailscale:|hcloud:/);
+        expect(result.stillNeeded.join("\n")).toMatch(/--secret hcloud:token <value> --stack acme/);
+        expect(result.stillNeeded.join("\n")).toMatch(/--secret tailscale:oauthClientSecret <value> --stack acme/);
+        expect(result.stillNeeded.join("\n")).not.toContain(secretValue);
+    });
+
+    it("makes the derived names unique and drops what belongs to the source's gateway", async () => {
+        const dir = stacksCopy();
+        const source = YAML.parse(fs.readFileSync(path.join(dir, "Pulumi.dev.yaml"), "utf8"));
+        source.config["airlock:tailnet"].sandboxTag = "tag:shared-sandbox";
+        fs.writeFileSync(path.join(dir, "Pulumi.dev.yaml"), YAML.stringify(source));
+        const result = await forkStack({ stacksDir: dir, customer: "acme", from: "dev" });
+        const forked = YAML.parse(fs.readFileSync(result.file, "utf8")).config;
+        expect(forked["airlock:prefix"]).toBe("airlock-acme");
+        expect(forked["airlock:tailnet"].sandboxTag).toBeUndefined();
+        expect(forked["airlock:agent"].authorizedKeys).toEqual([]);
+        expect(result.changes).toContain('airlock:prefix: "airlock-dev" -> "airlock-acme"');
+    });
+
+    it("refuses a fork that fails the gate, and writes nothing", async () => {
+        const dir = stacksCopy();
+        editedStack("dev", (c) => (c["airlock:sandbox"].extraInboundRules = [{ protocol: "tcp", port: "22", sourceIps: ["0.0.0.0/0"] }]), dir);
+        const refused = forkStack({ stacksDir: dir, customer: "acme", from: "dev" });
+        await expect(refused).rejects.toBeInstanceOf(ForkRefused);
+        await refused.catch((err: ForkRefused) => expect(err.findings.map((f) => f.rule)).toEqual(["hcloud-firewall-no-public-inbound-tcp"]));
+        expect(fs.existsSync(path.join(dir, "Pulumi.acme.yaml"))).toBe(false);
+    });
+
+    it.each([
+        [["fork", "Acme", "--from", "dev"], /customer "Acme": expected 2-16 lower-case/],
+        [["fork", "acme", "--from", "dev", "--region", "mars1"], /--region mars1: expected one of fsn1/],
+        [["fork", "acme", "--from", "nope"], /Pulumi\.nope\.yaml: cannot read: ENOENT/],
+    ])("exits 2 on bad input: %j", (args, message) => {
+        const result = airlock(["--stacks-dir", stacksCopy(), ...args]);
+        expect(result.status).toBe(2);
+        expect(result.stderr.trim()).toMatch(message);
+    });
+});
+
+describe("airlock checklist", () => {
+    async function checklistOf(file: string, stack = "dev") {
+        const plan = await planStack(file, stack);
+        return evaluateChecklist(plan, gatePlan(plan));
+    }
+
+    it("passes every automatic item of the shipped stacks, and marks the rest manual with an instruction", async () => {
+        for (const stack of ["dev", "prod"]) {
+            const items = await checklistOf(stackFile(stack), stack);
+            expect(items.filter((i) => i.status === "fail")).toEqual([]);
+            const manual = items.filter((i) => i.status === "manual");
+            expect(manual.map((i) => i.id)).toContain("restore-drill-done");
+            for (const i of manual) expect(i.detail.length).toBeGreaterThan(20);
+            expect(new Set(items.map((i) => i.section))).toEqual(new Set(["architecture", "secrets", "containers", "networking", "automation boundaries", "recovery"]));
+        }
+    });
+
+    it.each<[string, (c: Record<string, any>) => void, string]>([
+        ["a public TCP rule", (c) => (c["airlock:sandbox"].extraInboundRules = [{ protocol: "tcp", port: "443", sourceIps: ["0.0.0.0/0"] }]), "no-public-inbound"],
+        ["a docker socket in a service", (c) => (c["airlock:workloads"].services = [{ name: "x", image: "r/x:1", volumes: ["/var/run/docker.sock:/s"] }]), "containers-hardened"],
+        ["a published port on every address", (c) => (c["airlock:workloads"].services = [{ name: "x", image: "r/x:1", ports: ["8080:80"] }]), "no-public-inbound"],
+    ])("fails the matching item when the plan has %s", async (_, edit, id) => {
+        const items = await checklistOf(editedStack("dev", edit));
+        expect(items.filter((i) => i.status === "fail").map((i) => i.id)).toContain(id);
+    });
+
+    it("exits 1 on a failing item and prints a Markdown checklist", () => {
+        const dir = stacksCopy();
+        editedStack("dev", (c) => (c["airlock:gateway"].extraInboundRules = [{ protocol: "tcp", port: "22", sourceIps: ["0.0.0.0/0"] }]), dir);
+        const result = airlock(["--stacks-dir", dir, "checklist", "--stack", "dev", "--markdown"]);
+        expect(result.status).toBe(1);
+        expect(result.stdout).toMatch(/^- \[ \] \*\*No inbound TCP from the internet.*\(fail\)/m);
+        expect(result.stdout).toMatch(/^- \[x\] \*\*sshd listens on the tailnet address only/m);
+    });
+});
+
+describe("airlock doctor", () => {
+    const token = ["hc", "TESTTOKEN", "0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdef"].join("_");
+
+    it("says what is missing and how to fix it, and never prints a secret", () => {
+        const emptyBin = tempDir("bin");
+        fs.symlinkSync("/usr/bin/ssh", path.join(emptyBin, "ssh"));
+        const result = airlock(["doctor", "--json"], { ...process.env, PATH: `${path.dirname(process.execPath)}:${emptyBin}`, HCLOUD_TOKEN: token, TAILSCALE_API_KEY: token });
+        expect(result.status).toBe(1);
+        expect(result.stdout + result.stderr).not.toContain(token);
+        const report = JSON.parse(result.stdout);
+        const byName = Object.fromEntries(report.checks.map((c: any) => [c.name, c]));
+        expect(byName["pulumi CLI"]).toMatchObject({ ok: false, detail: "not found on PATH" });
+        expect(byName["pulumi CLI"].fix).toMatch(/install the Pulumi CLI/);
+        expect(byName["Hetzner Cloud token"]).toMatchObject({ ok: true, detail: "HCLOUD_TOKEN in the environment" });
+        expect(byName["Tailscale tailnet"]).toMatchObject({ ok: false });
+        expect(byName["Tailscale tailnet"].fix).toBe("pulumi config set tailscale:tailnet <tailnet name> --stack dev");
+    });
+
+    it("passes with a logged-in pulumi, credentials as stack secrets and an ssh client", () => {
+        const bin = tempDir("bin");
+        fs.writeFileSync(path.join(bin, "pulumi"), '#!/bin/sh\ncase "$1" in version) echo v3.200.0 ;; whoami) echo ops ;; esac\n', { mode: 0o755 });
+        const stack = editedStack("dev", () => undefined);
+        const doc = YAML.parse(fs.readFileSync(stack, "utf8"));
+        Object.assign(doc.config, { "hcloud:token": { secure: "x" }, "tailscale:apiKey": { secure: "x" }, "tailscale:tailnet": "example.com" });
+        fs.writeFileSync(stack, YAML.stringify(doc));
+        const checks = runDoctor({ PATH: `${bin}:/usr/bin:/bin` }, stack, "dev");
+        expect(checks.filter((c) => c.required && !c.ok)).toEqual([]);
+    });
+
+    it("fails a token committed in clear", () => {
+        const stack = editedStack("dev", (c) => (c["hcloud:token"] = "in-clear"));
+        const hcloud = runDoctor({ PATH: "/usr/bin:/bin" }, stack, "dev").find((c) => c.name === "Hetzner Cloud token")!;
+        expect(hcloud.ok).toBe(false);
+        expect(hcloud.detail).toMatch(/IN CLEAR/);
+        expect(JSON.stringify(hcloud)).not.toContain("in-clear");
+    });
+});
