@@ -111,8 +111,16 @@ async function planStackNow(stackFile: string, stack: string, options: PlanOptio
 
     // The very module Pulumi runs, loaded lazily after the mocks are in place.
     const loaded = (await import("../index")) as unknown as { default?: Program } & Program;
-    await pulumi.runtime.runInPulumiStack(loaded.default ?? loaded);
-    await waitForRegistrations();
+    // Pulumi captures a stack trace per resource for source positions that mocks
+    // ignore; with source-mapped TypeScript that is most of a plan's time.
+    const stackTraceLimit = Error.stackTraceLimit;
+    if (!process.env.AIRLOCK_DEBUG) Error.stackTraceLimit = 0;
+    try {
+        await pulumi.runtime.runInPulumiStack(loaded.default ?? loaded);
+        await waitForRegistrations();
+    } finally {
+        Error.stackTraceLimit = stackTraceLimit;
+    }
 
     resources.sort((a, b) => (a.urn < b.urn ? -1 : a.urn > b.urn ? 1 : 0));
     return { stack, stackFile, config, resources };

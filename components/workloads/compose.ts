@@ -33,8 +33,12 @@ type Service = Record<string, unknown>;
 const OVERRIDE_KEYS = ["cap_add", "pids_limit", "mem_limit", "cpus", "read_only"] as const;
 type Overrides = Partial<Record<(typeof OVERRIDE_KEYS)[number], unknown>>;
 
+let serviceDefaults: string | undefined;
+
 function hardened(service: Service, overrides: Overrides = {}): Service {
-    const defaults = YAML.parse(renderTemplate("compose/service-defaults.yaml", {})) as Service;
+    serviceDefaults ??= renderTemplate("compose/service-defaults.yaml", {});
+    // A fresh copy per service: YAML.parse never shares nested objects between calls.
+    const defaults = YAML.parse(serviceDefaults) as Service;
     const set = Object.fromEntries(OVERRIDE_KEYS.filter((k) => overrides[k] !== undefined).map((k) => [k, overrides[k]]));
     // Name and image first, so a reader sees what runs before how it is confined.
     const { container_name, image, ...rest } = service;

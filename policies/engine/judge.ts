@@ -109,11 +109,15 @@ function judgeArtifacts(artifacts: Record<string, string>, ctx: JudgeContext, re
     const cloudInit = artifacts["cloud-init.yaml"];
     let embeddedPaths = new Set<string>();
     if (cloudInit !== undefined) {
-        findings.push(...judgeCloudInit(cloudInit, ctx, { file: "cloud-init.yaml", resource }));
+        const origin = { file: "cloud-init.yaml", resource };
         try {
-            embeddedPaths = new Set(parseCloudInit(cloudInit).files.map((f) => f.path.replace(/^\//, "")));
-        } catch {
-            // already reported as unparsable
+            const doc = parseCloudInit(cloudInit);
+            findings.push(...judgeCloudInitDoc(doc, ctx, origin));
+            // Files the document embeds were judged with it.
+            embeddedPaths = new Set(doc.files.map((f) => f.path.replace(/^\//, "")));
+        } catch (err) {
+            if (!(err instanceof CloudInitParseError)) throw err;
+            findings.push(...unparsable("cloud-init", err.message, origin));
         }
     }
     for (const [relative, content] of Object.entries(artifacts)) {
