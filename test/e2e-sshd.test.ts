@@ -93,11 +93,12 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
         expect(rendered.status).toBe(0);
 
         // sshd runs with the stub docker in place of /usr/local/bin, in its own mount namespace.
+        sshdLog = path.join(clientDir, "sshd.log");
         sshd = spawnInNamespace(
             net.server,
             `mount --bind ${stubBin} /usr/local/bin && exec /usr/sbin/sshd -D -e -f ${root}/etc/ssh/sshd_config`,
+            sshdLog,
         );
-        sshd.stderr?.on("data", (chunk) => (sshdLog += String(chunk)));
         await waitForPort(net.client, net.serverTailnet, 22);
 
         // The gateway's rendered client config, unchanged; test paths come in as -o
@@ -121,7 +122,7 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
         net?.close();
         if (root) fs.rmSync(root, { recursive: true, force: true });
         if (createdUser) run("userdel", ["--remove", AGENT]);
-        if (sshdLog && process.env.AIRLOCK_DEBUG) console.log(sshdLog);
+        if (sshdLog && process.env.AIRLOCK_DEBUG) console.log(fs.readFileSync(sshdLog, "utf8"));
     });
 
     function renderSshdConfig(address: string, target = `${root}/etc/ssh/sshd_config`) {

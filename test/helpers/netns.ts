@@ -1,4 +1,5 @@
 import { ChildProcess, spawn } from "node:child_process";
+import * as fs from "node:fs";
 import { run } from "./tools";
 
 /**
@@ -55,9 +56,15 @@ export function inNamespace(ns: string, cmd: string[], options: { env?: NodeJS.P
     return run("ip", ["netns", "exec", ns, ...cmd], { env: options.env ?? process.env, input: options.input, timeout: 30_000 });
 }
 
-/** Starts a long-running command inside a namespace. */
-export function spawnInNamespace(ns: string, script: string): ChildProcess {
-    return spawn("ip", ["netns", "exec", ns, "bash", "-c", script], { stdio: ["ignore", "pipe", "pipe"] });
+/**
+ * Starts a long-running command inside a namespace, its output going straight to
+ * `logFile`: a pipe would fill while the tests block in spawnSync, and then block it.
+ */
+export function spawnInNamespace(ns: string, script: string, logFile: string): ChildProcess {
+    const log = fs.openSync(logFile, "a");
+    const child = spawn("ip", ["netns", "exec", ns, "bash", "-c", script], { stdio: ["ignore", log, log] });
+    fs.closeSync(log);
+    return child;
 }
 
 /** Waits until a TCP port accepts connections from inside `ns`. */

@@ -1,0 +1,162 @@
+/**
+ * The cost of one agent command through the real path: ssh from a "gateway"
+ * namespace to the rendered sshd in a "sandbox" namespace, through the ForceCommand
+ * wrapper and a real `docker exec` into the rendered agent-sandbox-shell container,
+ * against the floor of a bare local `docker exec` of the same command. Needs root
+ * (namespaces, dockerd); the test helpers build the same rig the e2e tests use.
+ */
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { readStackFile } from "../../components/config/load";
+import { SANDBOX_WRAPPER_PATH, SSHD_TEMPLATE_PATH, GATEWAY_KNOWN_HOSTS_PATH, withSandboxHostKey } from "../../components/render/hosts";
+import { renderSandboxCompose } from "../../components/workloads/compose";
+import { importTestImage, startDockerd } from "../../test/helpers/dockerd";
+import { createTestNet, spawnInNamespace, waitForPort, inNamespace } from "../../test/helpers/netns";
+import { editedStack, renderHosts } from "../../test/helpers/stacks";
+import { hasCommand, installFiles, isRoot, run } from "../../test/helpers/tools";
+
+export interface Series {
+    runs: number;
+    p50: number;
+    p95: number;
+    mean: number;
+}
+
+export interface CommandCost {
+    floor: Series;
+    wrapperOnly: Series;
+    sshCold: Series;
+    sshMultiplexed: Series;
+}
+
+const USER = "airlock-bench";
+const IMAGE = "airlock-bench/shell:1";
+
+function series(samples: number[]): Series {
+    const sorted = [...samples].sort((a, b) => a - b);
+    const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+    return { runs: samples.length, p50: at(0.5), p95: at(0.95), mean: samples.reduce((a, b) => a + b, 0) / samples.length };
+}
+
+/** Runs `once` up to `runs` times or until `seconds` pass; every run must succeed. */
+let debugLog = () => "";
+
+function measure(label: string, runs: number, seconds: number, once: () => { status: number | null; stderr: string }, log: (line: string) => void): Series {
+    const samples: number[] = [];
+    const deadline = performance.now() + seconds * 1000;
+    while (samples.length < runs && performance.now() < deadline) {
+        const t = performance.now();
+        const result = once();
+        samples.push(performance.now() - t);
+        if (result.status !== 0) throw new Error(`${label}: run ${samples.length} failed: ${result.stderr.trim()}${process.env.AIRLOCK_DEBUG ? `\n${debugLog()}` : ""}`);
+    }
+    const s = series(samples);
+    log(`  ${label}: ${s.runs} runs, p50 ${s.p50.toFixed(1)} ms, p95 ${s.p95.toFixed(1)} ms`);
+    return s;
+}
+
+export function commandCostUnavailable(): string | undefined {
+    if (!isRoot()) return "needs root (network namespaces, a test dockerd)";
+    const missing = ["ip", "sshd", "ssh", "ssh-keygen", "dockerd", "docker", "docker-compose", "busybox", "useradd"].filter((t) => !hasCommand(t));
+    return missing.length > 0 ? `missing ${missing.join(", ")}` : undefined;
+}
+
+export async function commandCost(runs: number, secondsPerSeries: number, log: (line: string) => void): Promise<CommandCost> {
+    const cleanup: (() => unknown)[] = [];
+    try {
+        const dir = fs.mkdtempSync("/tmp/airlock-bench-");
+        cleanup.push(() => run("rm", ["-rf", dir]));
+        if (run("id", [USER]).status !== 0) {
+            if (run("useradd", ["--create-home", "--shell", "/bin/bash", USER]).status !== 0) throw new Error(`useradd ${USER} failed`);
+            cleanup.push(() => run("userdel", ["--remove", USER]));
+        }
+        cleanup.push(() => run("pkill", ["--uid", USER]));
+        const uid = run("id", ["-u", USER]).stdout.trim();
+
+        // The agent user's "rootless" socket path, served by a test dockerd.
+        const runtimeDir = `/run/user/${uid}`;
+        const createdRuntimeDir = !fs.existsSync(runtimeDir);
+        fs.mkdirSync(runtimeDir, { recursive: true, mode: 0o700 });
+        run("chown", [`${USER}:${USER}`, runtimeDir]);
+        if (createdRuntimeDir) cleanup.push(() => fs.rmSync(runtimeDir, { recursive: true, force: true }));
+        log("starting a test dockerd...");
+        const dockerd = await startDockerd(dir, [`${runtimeDir}/docker.sock`]);
+        cleanup.push(() => dockerd.stop());
+        run("chown", [USER, `${runtimeDir}/docker.sock`]);
+        importTestImage(dockerd, dir, IMAGE);
+
+        const clientDir = fs.mkdtempSync("/tmp/airlock-bench-client-");
+        cleanup.push(() => run("rm", ["-rf", clientDir]));
+        const clientKey = path.join(clientDir, "id_ed25519");
+        run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", clientKey]);
+        const cfg = readStackFile(
+            editedStack("dev", (c) => {
+                c["airlock:agent"].user = USER;
+                c["airlock:agent"].authorizedKeys = [fs.readFileSync(`${clientKey}.pub`, "utf8").trim()];
+                c["airlock:workloads"].browser = { enabled: false };
+            }),
+        );
+        const images = { sandboxShell: IMAGE, browser: IMAGE, postgres: IMAGE, redis: IMAGE, api: IMAGE, adguard: IMAGE, services: {} };
+        fs.mkdirSync(path.join(dir, "workspace"));
+        const compose = path.join(dir, "compose.yml");
+        fs.writeFileSync(compose, renderSandboxCompose(cfg, images).replace("- /workspace:/workspace", `- ${dir}/workspace:/workspace`));
+        const up = run("docker-compose", ["--project-name", "airlockbench", "--file", compose, "up", "--detach"], { env: dockerd.env, timeout: 180_000 });
+        if (up.status !== 0) throw new Error(`compose up: ${up.stderr}`);
+        cleanup.push(() => run("docker-compose", ["--project-name", "airlockbench", "--file", compose, "down", "--timeout", "1"], { env: dockerd.env, timeout: 120_000 }));
+
+        // The sandbox's sshd from the rendered files, in its namespace.
+        const net = createTestNet(String(process.pid % 1000));
+        cleanup.push(() => net.close());
+        const hosts = renderHosts(cfg);
+        const root = fs.mkdtempSync("/run/airlock-bench-");
+        fs.chmodSync(root, 0o755);
+        cleanup.push(() => fs.rmSync(root, { recursive: true, force: true }));
+        installFiles(hosts.sandbox, root);
+        const hostKey = path.join(root, "ssh_host_ed25519_key");
+        run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", hostKey]);
+        fs.mkdirSync("/run/sshd", { recursive: true, mode: 0o755 });
+        const file = (host: typeof hosts.sandbox, p: string) => host.files.find((f) => f.path === p)!.content;
+        fs.writeFileSync(
+            path.join(root, SSHD_TEMPLATE_PATH),
+            file(hosts.sandbox, SSHD_TEMPLATE_PATH)
+                .replace("HostKey /etc/ssh/ssh_host_ed25519_key", `HostKey ${hostKey}`)
+                .replace("AuthorizedKeysFile /etc/ssh/authorized_keys/%u", `AuthorizedKeysFile ${root}/etc/ssh/authorized_keys/%u`)
+                .replace(`ForceCommand ${SANDBOX_WRAPPER_PATH}`, `ForceCommand ${root}${SANDBOX_WRAPPER_PATH}`),
+            { mode: 0o600 },
+        );
+        const stubBin = path.join(root, "stub-bin");
+        fs.mkdirSync(stubBin);
+        fs.writeFileSync(path.join(stubBin, "tailscale"), `#!/bin/sh\necho ${net.serverTailnet}\n`, { mode: 0o755 });
+        const rendered = inNamespace(net.server, [`${root}/usr/local/sbin/airlock-tailnet-render`, path.join(root, SSHD_TEMPLATE_PATH), `${root}/etc/ssh/sshd_config`, "/usr/sbin/sshd", "-t", "-f"], {
+            env: { PATH: `${stubBin}:/usr/sbin:/usr/bin:/sbin:/bin`, AIRLOCK_TAILNET_WAIT_SECONDS: "5" },
+        });
+        if (rendered.status !== 0) throw new Error(`airlock-tailnet-render: ${rendered.stderr}`);
+        const sshd = spawnInNamespace(net.server, `exec /usr/sbin/sshd -D -e -f ${root}/etc/ssh/sshd_config`, path.join(clientDir, "sshd.log"));
+        cleanup.push(() => sshd.kill("SIGTERM"));
+        await waitForPort(net.client, net.serverTailnet, 22);
+
+        const sshConfig = path.join(clientDir, "ssh_config");
+        fs.writeFileSync(sshConfig, file(hosts.gateway, "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf"));
+        const publicKey = fs.readFileSync(`${hostKey}.pub`, "utf8").trim().split(" ").slice(0, 2).join(" ");
+        fs.writeFileSync(path.join(clientDir, "known_hosts"), withSandboxHostKey(file(hosts.gateway, GATEWAY_KNOWN_HOSTS_PATH), publicKey));
+        const ssh = (extra: string[]) =>
+            inNamespace(
+                net.client,
+                ["ssh", ...extra, "-F", sshConfig, "-o", `HostName=${net.serverTailnet}`, "-o", `IdentityFile=${clientKey}`, "-o", `UserKnownHostsFile=${clientDir}/known_hosts`, "-o", `ControlPath=${clientDir}/cm-%C`, "sandbox", "true"],
+                { env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: clientDir } },
+            );
+        cleanup.push(() => inNamespace(net.client, ["ssh", "-F", sshConfig, "-o", `HostName=${net.serverTailnet}`, "-o", `ControlPath=${clientDir}/cm-%C`, "-O", "exit", "sandbox"]));
+
+        debugLog = () => fs.readFileSync(path.join(clientDir, "sshd.log"), "utf8").split("\n").slice(-15).join("\n");
+        const wrapper = `${root}${SANDBOX_WRAPPER_PATH}`;
+        log(`measuring (up to ${runs} runs or ${secondsPerSeries} s per series)...`);
+        const floor = measure("bare docker exec", runs, secondsPerSeries, () => dockerd.docker(["exec", "-i", "-w", "/workspace", "agent-sandbox-shell", "bash", "-lc", "true"]), log);
+        const wrapperOnly = measure("wrapper (no ssh)", runs, secondsPerSeries, () => run("runuser", ["-u", USER, "--", "env", `SSH_ORIGINAL_COMMAND=true`, wrapper]), log);
+        const sshCold = measure("ssh, new connection each", runs, secondsPerSeries, () => ssh(["-o", "ControlPath=none"]), log);
+        ssh([]); // opens the ControlMaster
+        const sshMultiplexed = measure("ssh, multiplexed (ControlMaster)", runs, secondsPerSeries, () => ssh([]), log);
+        return { floor, wrapperOnly, sshCold, sshMultiplexed };
+    } finally {
+        for (const undo of cleanup.reverse()) await undo();
+    }
+}
