@@ -41,15 +41,20 @@ function series(samples: number[]): Series {
 /** Runs `once` up to `runs` times or until `seconds` pass; every run must succeed. */
 let debugLog = () => "";
 
-function measure(label: string, runs: number, seconds: number, once: () => { status: number | null; stderr: string }, log: (line: string) => void): Series {
-    const samples: number[] = [];
-    const deadline = performance.now() + seconds * 1000;
-    while (samples.length < runs && performance.now() < deadline) {
-        const t = performance.now();
-        const result = once();
-        samples.push(performance.now() - t);
-        if (result.status !== 0) throw new Error(`${label}: run ${samples.length} failed: ${result.stderr.trim()}${process.env.AIRLOCK_DEBUG ? `\n${debugLog()}` : ""}`);
-    }
+/**
+ * Runs `command` in a bash loop (as `prefix` says: in a namespace, as a user) up to
+ * `runs` times or `seconds`, timing each run with $EPOCHREALTIME around it, so every
+ * series pays the same per-run cost: starting the client program, nothing else.
+ */
+function measure(label: string, prefix: string[], command: string, runs: number, seconds: number, env: NodeJS.ProcessEnv, log: (line: string) => void): Series {
+    const script = `err=$(mktemp); end=$((SECONDS + ${seconds})); for ((i = 0; i < ${runs} && SECONDS < end; i++)); do t0=$EPOCHREALTIME; ${command} >/dev/null 2>"$err" || { echo "FAIL $i $(cat "$err")"; exit 1; }; t1=$EPOCHREALTIME; echo "$t0 $t1"; done; rm -f "$err"`;
+    const result = run(prefix[0] ?? "bash", [...prefix.slice(1), ...(prefix.length > 0 ? ["bash"] : []), "-c", script], { env, timeout: (seconds + 60) * 1000 });
+    if (result.status !== 0) throw new Error(`${label}: ${result.stdout.split("\n").find((l) => l.startsWith("FAIL")) ?? `exit ${result.status} ${result.stderr.trim()}`}${process.env.AIRLOCK_DEBUG ? `\n${debugLog()}` : ""}`);
+    const samples = result.stdout
+        .trim()
+        .split("\n")
+        .map((line) => line.split(" ").map(Number))
+        .map(([t0, t1]) => (t1 - t0) * 1000);
     const s = series(samples);
     log(`  ${label}: ${s.runs} runs, p50 ${s.p50.toFixed(1)} ms, p95 ${s.p95.toFixed(1)} ms`);
     return s;
@@ -139,22 +144,20 @@ export async function commandCost(runs: number, secondsPerSeries: number, log: (
         fs.writeFileSync(sshConfig, file(hosts.gateway, "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf"));
         const publicKey = fs.readFileSync(`${hostKey}.pub`, "utf8").trim().split(" ").slice(0, 2).join(" ");
         fs.writeFileSync(path.join(clientDir, "known_hosts"), withSandboxHostKey(file(hosts.gateway, GATEWAY_KNOWN_HOSTS_PATH), publicKey));
-        const ssh = (extra: string[]) =>
-            inNamespace(
-                net.client,
-                ["ssh", ...extra, "-F", sshConfig, "-o", `HostName=${net.serverTailnet}`, "-o", `IdentityFile=${clientKey}`, "-o", `UserKnownHostsFile=${clientDir}/known_hosts`, "-o", `ControlPath=${clientDir}/cm-%C`, "sandbox", "true"],
-                { env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: clientDir } },
-            );
-        cleanup.push(() => inNamespace(net.client, ["ssh", "-F", sshConfig, "-o", `HostName=${net.serverTailnet}`, "-o", `ControlPath=${clientDir}/cm-%C`, "-O", "exit", "sandbox"]));
+        const sshArgs = (extra: string) =>
+            `ssh ${extra} -F ${sshConfig} -o HostName=${net.serverTailnet} -o IdentityFile=${clientKey} -o UserKnownHostsFile=${clientDir}/known_hosts -o ControlPath=${clientDir}/cm-%C sandbox true`;
+        const clientEnv = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: clientDir };
+        const inClient = ["ip", "netns", "exec", net.client];
+        cleanup.push(() => inNamespace(net.client, ["bash", "-c", `ssh -F ${sshConfig} -o HostName=${net.serverTailnet} -o ControlPath=${clientDir}/cm-%C -O exit sandbox`]));
 
-        debugLog = () => fs.readFileSync(path.join(clientDir, "sshd.log"), "utf8").split("\n").slice(-15).join("\n");
         const wrapper = `${root}${SANDBOX_WRAPPER_PATH}`;
+        debugLog = () => fs.readFileSync(path.join(clientDir, "sshd.log"), "utf8").split("\n").slice(-15).join("\n");
         log(`measuring (up to ${runs} runs or ${secondsPerSeries} s per series)...`);
-        const floor = measure("bare docker exec", runs, secondsPerSeries, () => dockerd.docker(["exec", "-i", "-w", "/workspace", "agent-sandbox-shell", "bash", "-lc", "true"]), log);
-        const wrapperOnly = measure("wrapper (no ssh)", runs, secondsPerSeries, () => run("runuser", ["-u", USER, "--", "env", `SSH_ORIGINAL_COMMAND=true`, wrapper]), log);
-        const sshCold = measure("ssh, new connection each", runs, secondsPerSeries, () => ssh(["-o", "ControlPath=none"]), log);
-        ssh([]); // opens the ControlMaster
-        const sshMultiplexed = measure("ssh, multiplexed (ControlMaster)", runs, secondsPerSeries, () => ssh([]), log);
+        const floor = measure("bare docker exec", [], "docker exec -i -w /workspace agent-sandbox-shell bash -lc true", runs, secondsPerSeries, dockerd.env, log);
+        const wrapperOnly = measure("wrapper (no ssh)", ["runuser", "-u", USER, "--"], `SSH_ORIGINAL_COMMAND=true ${wrapper}`, runs, secondsPerSeries, { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" }, log);
+        const sshCold = measure("ssh, new connection each", inClient, sshArgs("-o ControlPath=none"), runs, secondsPerSeries, clientEnv, log);
+        inNamespace(net.client, ["bash", "-c", sshArgs("")], { env: clientEnv }); // opens the ControlMaster
+        const sshMultiplexed = measure("ssh, multiplexed (ControlMaster)", inClient, sshArgs(""), runs, secondsPerSeries, clientEnv, log);
         return { floor, wrapperOnly, sshCold, sshMultiplexed };
     } finally {
         for (const undo of cleanup.reverse()) await undo();
