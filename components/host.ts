@@ -97,8 +97,9 @@ export function provisionHost(
         parent,
     );
 
-    // The rendered document plus what only exists at deploy time: the join key, and
-    // the built image's digest-pinned reference.
+    // The rendered document plus what only exists at deploy time: the join key, the
+    // sandbox's host key (its pair on the sandbox, its public half on the gateway),
+    // and the built image's digest-pinned reference.
     const userData = pulumi
         .all([rendered, joinKey.key, args.builtSandboxShell ?? "", args.sandboxHostKey.publicKey, args.sandboxHostKey.privateKey])
         .apply(([host, key, built, hostPublicKey, hostPrivateKey]) => {
