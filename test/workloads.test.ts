@@ -196,6 +196,22 @@ describe("sandbox egress rules", () => {
 });
 
 describe.runIf(toolsAvailable("docker-compose config", ["docker-compose"]))("docker-compose config", () => {
+    it("the boot-time check airlock-tailnet-render runs accepts the rendered file and refuses a broken one", () => {
+        const host = renderHosts(readStackFile(stackFile("dev"))).sandbox;
+        const dir = tempDir("compose-check");
+        const check = path.join(dir, "airlock-compose-check");
+        fs.writeFileSync(check, fileOf(host, "/usr/local/sbin/airlock-compose-check"), { mode: 0o755 });
+        // The unit passes the staged file as the check's last argument.
+        const unit = fileOf(host, "/etc/systemd/system/airlock-tailnet-config.service");
+        expect(unit).toContain(`${COMPOSE_TEMPLATE_PATH} /etc/airlock/compose.yml /usr/local/sbin/airlock-compose-check\n`);
+        const good = path.join(dir, "compose.yml");
+        fs.writeFileSync(good, fileOf(host, COMPOSE_TEMPLATE_PATH).replaceAll("@TAILNET_IPV4@", "100.100.7.1"));
+        expect(run(check, [good]).status).toBe(0);
+        const broken = path.join(dir, "broken.yml");
+        fs.writeFileSync(broken, "services:\n  x:\n    image: a\n    ports: {not: a list}\n");
+        expect(run(check, [broken]).status).not.toBe(0);
+    });
+
     it.each(
         SHIPPED_STACKS.flatMap((stack) => {
             const hosts = renderHosts(readStackFile(stackFile(stack)));

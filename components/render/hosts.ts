@@ -82,6 +82,7 @@ function commonFiles(cfg: StackConfig, role: HostRole, compose: string, tailnetC
             acceptDns: role === "gateway" ? "true" : "false",
         }),
         script(RENDER, "scripts/tailnet-render"),
+        script(COMPOSE_CHECK, "scripts/compose-check"),
         config("/etc/systemd/system/ssh.service.d/10-airlock-tailnet.conf", "systemd/ssh.service.d/10-airlock-tailnet.conf"),
         script("/usr/local/sbin/airlock-setup-rootless-docker", "scripts/setup-rootless-docker", {
             agentUser: cfg.agent.user,
@@ -100,7 +101,8 @@ function commonFiles(cfg: StackConfig, role: HostRole, compose: string, tailnetC
     ];
 }
 
-const renderCompose = `${RENDER} --mode 0644 ${COMPOSE_TEMPLATE_PATH} /etc/airlock/compose.yml /usr/bin/docker-compose --log-level ERROR config --quiet --file`;
+const COMPOSE_CHECK = "/usr/local/sbin/airlock-compose-check";
+const renderCompose = `${RENDER} --mode 0644 ${COMPOSE_TEMPLATE_PATH} /etc/airlock/compose.yml ${COMPOSE_CHECK}`;
 
 export function renderSandbox(cfg: StackConfig, images: ResolvedImages): RenderedHost {
     const user = cfg.agent.user;
