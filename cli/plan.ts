@@ -23,8 +23,13 @@ export function toPreviewJson(plan: StackPlan): PreviewJson {
     };
 }
 
+// A plan's resources never change once planned: collect its artifacts once.
+const collected = new WeakMap<StackPlan, Map<string, Record<string, string>>>();
+
 /** Folder (under out/<stack>/) -> relative path -> content, from every artifact Stash. */
 export function collectArtifacts(plan: StackPlan): Map<string, Record<string, string>> {
+    const cached = collected.get(plan);
+    if (cached) return cached;
     const folders = new Map<string, Record<string, string>>();
     for (const r of plan.resources) {
         const artifacts = r.type === "pulumi:index:Stash" ? artifactsOf(r.inputs) : undefined;
@@ -33,6 +38,7 @@ export function collectArtifacts(plan: StackPlan): Map<string, Record<string, st
         const folder = r.name.replace(new RegExp(`^${plan.config.prefix}-`), "").replace(/-artifacts$/, "");
         folders.set(folder, artifacts);
     }
+    collected.set(plan, folders);
     return folders;
 }
 

@@ -3,10 +3,11 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
-import { GATEWAY_KNOWN_HOSTS_PATH, RenderedHost, SANDBOX_WRAPPER_PATH, SSHD_TEMPLATE_PATH, withSandboxHostKey } from "../components/render/hosts";
+import { RenderedHost, SSHD_TEMPLATE_PATH } from "../components/render/hosts";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
 import { editedStack, REPO, tempDir, renderHosts } from "./helpers/stacks";
-import { installFiles, isRoot, run, toolsAvailable } from "./helpers/tools";
+import { installSandboxSshd, newHostKey, pinnedKnownHosts, renderedFile } from "./helpers/sshdRig";
+import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
  * End to end: the rendered sandbox sshd, started by the rendered boot script, in a
@@ -18,7 +19,7 @@ const AGENT = "airlock-e2e";
 /** A GitHub-token-shaped value, assembled at run time. */
 const TOKEN = ["ghp", "e2eTESTtoken0123456789abcdefABCDEF"].join("_");
 
-const file = (host: RenderedHost, hostPath: string) => host.files.find((f) => f.path === hostPath)!.content;
+const file = renderedFile;
 
 /** Builds the stack the e2e uses: dev, with a test agent user and the test client's key. */
 function e2eHosts(clientPublicKey: string) {
@@ -59,8 +60,7 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
 
         // A root-owned tree (sshd's StrictModes checks every directory up to /).
         root = fs.mkdtempSync("/run/airlock-e2e-");
-        fs.chmodSync(root, 0o755);
-        installFiles(sandbox, root);
+        const hostPublicKey = installSandboxSshd(sandbox, root);
         const state = path.join(root, "state");
         const workspace = path.join(root, "workspace");
         const stubBin = path.join(root, "stub-bin");
@@ -75,17 +75,6 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
             { mode: 0o755 },
         );
         fs.writeFileSync(path.join(stubBin, "tailscale"), `#!/bin/sh\necho ${net.serverTailnet}\n`, { mode: 0o755 });
-
-        const hostKey = path.join(root, "ssh_host_ed25519_key");
-        expect(run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", hostKey]).status).toBe(0);
-        fs.mkdirSync("/run/sshd", { recursive: true, mode: 0o755 });
-
-        // The rendered template, with only its absolute paths moved into the test tree.
-        const template = file(sandbox, SSHD_TEMPLATE_PATH)
-            .replace("HostKey /etc/ssh/ssh_host_ed25519_key", `HostKey ${hostKey}`)
-            .replace("AuthorizedKeysFile /etc/ssh/authorized_keys/%u", `AuthorizedKeysFile ${root}/etc/ssh/authorized_keys/%u`)
-            .replace(`ForceCommand ${SANDBOX_WRAPPER_PATH}`, `ForceCommand ${root}${SANDBOX_WRAPPER_PATH}`);
-        fs.writeFileSync(path.join(root, SSHD_TEMPLATE_PATH), template, { mode: 0o600 });
 
         // The real boot script renders the live config from the tailnet address.
         const rendered = renderSshdConfig(net.serverTailnet);
@@ -106,12 +95,9 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
         gatewayConfig = path.join(clientDir, "ssh_config");
         fs.writeFileSync(gatewayConfig, file(hosts.gateway, "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf"));
         // The gateway's rendered known_hosts, filled as at deploy with the sandbox key the stack generated.
-        const hostPublicKey = fs.readFileSync(`${hostKey}.pub`, "utf8").trim().split(" ").slice(0, 2).join(" ");
-        fs.writeFileSync(path.join(clientDir, "known_hosts"), withSandboxHostKey(file(hosts.gateway, GATEWAY_KNOWN_HOSTS_PATH), hostPublicKey));
-        const otherKey = path.join(clientDir, "other_host_key");
-        expect(run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", otherKey]).status).toBe(0);
-        const otherPublicKey = fs.readFileSync(`${otherKey}.pub`, "utf8").trim().split(" ").slice(0, 2).join(" ");
-        fs.writeFileSync(path.join(clientDir, "known_hosts.other"), withSandboxHostKey(file(hosts.gateway, GATEWAY_KNOWN_HOSTS_PATH), otherPublicKey));
+        fs.writeFileSync(path.join(clientDir, "known_hosts"), pinnedKnownHosts(hosts.gateway, hostPublicKey));
+        const otherPublicKey = newHostKey(path.join(clientDir, "other_host_key"));
+        fs.writeFileSync(path.join(clientDir, "known_hosts.other"), pinnedKnownHosts(hosts.gateway, otherPublicKey));
     }, 60_000);
 
     afterAll(() => {

@@ -8,12 +8,13 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { readStackFile } from "../../components/config/load";
-import { SANDBOX_WRAPPER_PATH, SSHD_TEMPLATE_PATH, GATEWAY_KNOWN_HOSTS_PATH, withSandboxHostKey } from "../../components/render/hosts";
+import { SANDBOX_WRAPPER_PATH, SSHD_TEMPLATE_PATH } from "../../components/render/hosts";
 import { renderSandboxCompose } from "../../components/workloads/compose";
 import { importTestImage, startDockerd } from "../../test/helpers/dockerd";
 import { createTestNet, spawnInNamespace, waitForPort, inNamespace } from "../../test/helpers/netns";
 import { editedStack, renderHosts } from "../../test/helpers/stacks";
-import { hasCommand, installFiles, isRoot, run } from "../../test/helpers/tools";
+import { installSandboxSshd, pinnedKnownHosts, renderedFile } from "../../test/helpers/sshdRig";
+import { hasCommand, isRoot, run } from "../../test/helpers/tools";
 
 export interface Series {
     runs: number;
@@ -114,21 +115,8 @@ export async function commandCost(runs: number, secondsPerSeries: number, log: (
         cleanup.push(() => net.close());
         const hosts = renderHosts(cfg);
         const root = fs.mkdtempSync("/run/airlock-bench-");
-        fs.chmodSync(root, 0o755);
         cleanup.push(() => fs.rmSync(root, { recursive: true, force: true }));
-        installFiles(hosts.sandbox, root);
-        const hostKey = path.join(root, "ssh_host_ed25519_key");
-        run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", hostKey]);
-        fs.mkdirSync("/run/sshd", { recursive: true, mode: 0o755 });
-        const file = (host: typeof hosts.sandbox, p: string) => host.files.find((f) => f.path === p)!.content;
-        fs.writeFileSync(
-            path.join(root, SSHD_TEMPLATE_PATH),
-            file(hosts.sandbox, SSHD_TEMPLATE_PATH)
-                .replace("HostKey /etc/ssh/ssh_host_ed25519_key", `HostKey ${hostKey}`)
-                .replace("AuthorizedKeysFile /etc/ssh/authorized_keys/%u", `AuthorizedKeysFile ${root}/etc/ssh/authorized_keys/%u`)
-                .replace(`ForceCommand ${SANDBOX_WRAPPER_PATH}`, `ForceCommand ${root}${SANDBOX_WRAPPER_PATH}`),
-            { mode: 0o600 },
-        );
+        const hostPublicKey = installSandboxSshd(hosts.sandbox, root);
         const stubBin = path.join(root, "stub-bin");
         fs.mkdirSync(stubBin);
         fs.writeFileSync(path.join(stubBin, "tailscale"), `#!/bin/sh\necho ${net.serverTailnet}\n`, { mode: 0o755 });
@@ -141,9 +129,8 @@ export async function commandCost(runs: number, secondsPerSeries: number, log: (
         await waitForPort(net.client, net.serverTailnet, 22);
 
         const sshConfig = path.join(clientDir, "ssh_config");
-        fs.writeFileSync(sshConfig, file(hosts.gateway, "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf"));
-        const publicKey = fs.readFileSync(`${hostKey}.pub`, "utf8").trim().split(" ").slice(0, 2).join(" ");
-        fs.writeFileSync(path.join(clientDir, "known_hosts"), withSandboxHostKey(file(hosts.gateway, GATEWAY_KNOWN_HOSTS_PATH), publicKey));
+        fs.writeFileSync(sshConfig, renderedFile(hosts.gateway, "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf"));
+        fs.writeFileSync(path.join(clientDir, "known_hosts"), pinnedKnownHosts(hosts.gateway, hostPublicKey));
         const sshArgs = (extra: string) =>
             `ssh ${extra} -F ${sshConfig} -o HostName=${net.serverTailnet} -o IdentityFile=${clientKey} -o UserKnownHostsFile=${clientDir}/known_hosts -o ControlPath=${clientDir}/cm-%C sandbox true`;
         const clientEnv = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: clientDir };
