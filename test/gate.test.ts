@@ -53,6 +53,8 @@ describe("a stack edited to break one invariant", () => {
         expect(result.status).toBe(1);
         expect(result.stdout).toMatch(/^dev: 1 violation/m);
         expect(result.stdout).toMatch(/^prod: clean/m);
+        // Not a terminal: plain lines, no colour codes.
+        expect(result.stdout).not.toMatch(/\u001b\[/);
         expect(result.stdout).toMatch(/hcloud-firewall-no-public-inbound-tcp: rules\[2\] allows inbound tcp\/22 from 0\.0\.0\.0\/0.*-- fix: /);
     });
 });
