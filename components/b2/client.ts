@@ -1,0 +1,153 @@
+/**
+ * A small client for the B2 native API (v3) - the calls airlock's dynamic provider
+ * makes. Retries 429/503 with backoff (honouring Retry-After); 401/403 and other
+ * errors become one clear line naming the call and B2's code.
+ */
+
+export interface B2Credentials {
+    applicationKeyId: string;
+    applicationKey: string;
+    /** Defaults to B2's production API; tests point it at a local fake. */
+    authUrl?: string;
+}
+
+export class B2Error extends Error {
+    constructor(readonly call: string, readonly status: number, readonly code: string, message: string) {
+        super(`B2 ${call}: ${status} ${code}: ${message}`);
+        this.name = "B2Error";
+    }
+}
+
+export interface LifecycleRule {
+    fileNamePrefix: string;
+    daysFromHidingToDeleting: number | null;
+    daysFromUploadingToHiding: number | null;
+}
+
+export interface Bucket {
+    bucketId: string;
+    bucketName: string;
+    bucketType: string;
+    lifecycleRules: LifecycleRule[];
+    fileLockConfiguration?: { value?: { isFileLockEnabled?: boolean; defaultRetention?: { mode: string | null; period: { duration: number; unit: string } | null } } };
+}
+
+export interface ApplicationKey {
+    applicationKeyId: string;
+    applicationKey?: string;
+    keyName: string;
+    capabilities: string[];
+    bucketId: string | null;
+    namePrefix: string | null;
+}
+
+const DEFAULT_AUTH_URL = "https://api.backblazeb2.com";
+
+export class B2Client {
+    private session?: { accountId: string; token: string; apiUrl: string };
+
+    constructor(private readonly credentials: B2Credentials, private readonly retry = { attempts: 5, baseMs: 500 }) {}
+
+    private async authorize(): Promise<{ accountId: string; token: string; apiUrl: string }> {
+        if (this.session) return this.session;
+        const basic = Buffer.from(`${this.credentials.applicationKeyId}:${this.credentials.applicationKey}`).toString("base64");
+        const body = await this.request("b2_authorize_account", `${this.credentials.authUrl ?? DEFAULT_AUTH_URL}/b2api/v3/b2_authorize_account`, { method: "GET", headers: { Authorization: `Basic ${basic}` } });
+        this.session = { accountId: body.accountId, token: body.authorizationToken, apiUrl: body.apiInfo.storageApi.apiUrl };
+        return this.session;
+    }
+
+    /** One API call; retried on 429/503 and once more on an expired token. */
+    async call(name: string, payload: Record<string, unknown>): Promise<any> {
+        const session = await this.authorize();
+        try {
+            return await this.post(name, session, payload);
+        } catch (err) {
+            if (err instanceof B2Error && err.status === 401 && err.code === "expired_auth_token") {
+                this.session = undefined;
+                return this.post(name, await this.authorize(), payload);
+            }
+            throw err;
+        }
+    }
+
+    private post(name: string, session: { token: string; apiUrl: string }, payload: Record<string, unknown>) {
+        return this.request(name, `${session.apiUrl}/b2api/v3/${name}`, {
+            method: "POST",
+            headers: { Authorization: session.token, "Content-Type": "application/json" },
+            body: JSON.stringify(payload),
+        });
+    }
+
+    private async request(name: string, url: string, init: RequestInit): Promise<any> {
+        for (let attempt = 1; ; attempt++) {
+            const response = await fetch(url, init);
+            const text = await response.text();
+            if (response.ok) return text ? JSON.parse(text) : {};
+            let error: { code?: string; message?: string } = {};
+            try {
+                error = JSON.parse(text);
+            } catch {
+                error = { code: "unknown", message: text.slice(0, 200) };
+            }
+            const retryable = response.status === 429 || response.status === 503;
+            if (!retryable || attempt >= this.retry.attempts) {
+                throw new B2Error(name, response.status, error.code ?? "unknown", error.message ?? "");
+            }
+            const retryAfter = Number(response.headers.get("retry-after"));
+            const wait = Number.isFinite(retryAfter) && retryAfter > 0 ? retryAfter * 1000 : this.retry.baseMs * 2 ** (attempt - 1);
+            await new Promise((resolve) => setTimeout(resolve, wait));
+        }
+    }
+
+    async accountId(): Promise<string> {
+        return (await this.authorize()).accountId;
+    }
+
+    async createBucket(bucketName: string, lifecycleRules: LifecycleRule[], objectLockDays?: number): Promise<Bucket> {
+        return this.call("b2_create_bucket", {
+            accountId: await this.accountId(),
+            bucketName,
+            bucketType: "allPrivate",
+            lifecycleRules,
+            ...(objectLockDays ? { fileLockEnabled: true, defaultRetention: { mode: "compliance", period: { duration: objectLockDays, unit: "days" } } } : {}),
+        });
+    }
+
+    async updateBucket(bucketId: string, lifecycleRules: LifecycleRule[]): Promise<Bucket> {
+        return this.call("b2_update_bucket", { accountId: await this.accountId(), bucketId, lifecycleRules });
+    }
+
+    async findBucket(bucketId: string): Promise<Bucket | undefined> {
+        const { buckets } = await this.call("b2_list_buckets", { accountId: await this.accountId(), bucketId });
+        return (buckets as Bucket[]).find((b) => b.bucketId === bucketId);
+    }
+
+    async deleteBucket(bucketId: string): Promise<void> {
+        await this.call("b2_delete_bucket", { accountId: await this.accountId(), bucketId });
+    }
+
+    async createKey(keyName: string, capabilities: string[], bucketId?: string, namePrefix?: string): Promise<ApplicationKey> {
+        return this.call("b2_create_key", {
+            accountId: await this.accountId(),
+            keyName,
+            capabilities,
+            ...(bucketId ? { bucketId } : {}),
+            ...(namePrefix ? { namePrefix } : {}),
+        });
+    }
+
+    async findKey(applicationKeyId: string): Promise<ApplicationKey | undefined> {
+        let start: string | undefined;
+        do {
+            const page = await this.call("b2_list_keys", { accountId: await this.accountId(), maxKeyCount: 1000, ...(start ? { startApplicationKeyId: start } : {}) });
+            const found = (page.keys as ApplicationKey[]).find((k) => k.applicationKeyId === applicationKeyId);
+            if (found) return found;
+            start = page.nextApplicationKeyId ?? undefined;
+        } while (start);
+        return undefined;
+    }
+
+    async deleteKey(applicationKeyId: string): Promise<void> {
+        await this.call("b2_delete_key", { applicationKeyId });
+    }
+}

@@ -1,0 +1,109 @@
+import * as pulumi from "@pulumi/pulumi";
+import { B2Client, LifecycleRule } from "./client";
+
+/**
+ * B2 buckets and application keys as Pulumi dynamic resources (there is no
+ * published B2 provider). Each carries `b2Kind`, which is how the policy gate
+ * recognises them (policies/rules/b2-*). Credentials come from the deploying
+ * operator's environment: B2_APPLICATION_KEY_ID and B2_APPLICATION_KEY
+ * (B2_AUTH_URL overrides the API endpoint, for tests).
+ */
+
+function client(): B2Client {
+    const applicationKeyId = process.env.B2_APPLICATION_KEY_ID;
+    const applicationKey = process.env.B2_APPLICATION_KEY;
+    if (!applicationKeyId || !applicationKey) {
+        throw new Error("B2 credentials missing: export B2_APPLICATION_KEY_ID and B2_APPLICATION_KEY (an operator key with writeBuckets and writeKeys)");
+    }
+    return new B2Client({ applicationKeyId, applicationKey, authUrl: process.env.B2_AUTH_URL });
+}
+
+export interface BucketInputs {
+    b2Kind: "bucket";
+    bucketName: string;
+    /** Days hidden (superseded or "deleted") versions are kept before B2 purges them. */
+    retentionDays: number;
+    /** Object Lock default retention in days; fixed at creation. */
+    objectLockDays?: number;
+}
+
+export const lifecycleRulesFor = (retentionDays: number): LifecycleRule[] => [
+    { fileNamePrefix: "", daysFromHidingToDeleting: retentionDays, daysFromUploadingToHiding: null },
+];
+
+export const bucketProvider: pulumi.dynamic.ResourceProvider = {
+    async create(inputs: BucketInputs) {
+        const bucket = await client().createBucket(inputs.bucketName, lifecycleRulesFor(inputs.retentionDays), inputs.objectLockDays);
+        return { id: bucket.bucketId, outs: { ...inputs, bucketId: bucket.bucketId, lifecycleRules: bucket.lifecycleRules } };
+    },
+    async read(id: string, props: BucketInputs & { lifecycleRules?: LifecycleRule[] }) {
+        const bucket = await client().findBucket(id);
+        if (!bucket) return {}; // gone: refresh drops it from state
+        const hiding = bucket.lifecycleRules.find((r) => r.fileNamePrefix === "")?.daysFromHidingToDeleting;
+        return { id, props: { ...props, bucketName: bucket.bucketName, bucketId: id, lifecycleRules: bucket.lifecycleRules, retentionDays: hiding ?? props.retentionDays } };
+    },
+    async diff(_id: string, olds: BucketInputs, news: BucketInputs) {
+        const replaces = (["bucketName", "objectLockDays"] as const).filter((k) => olds[k] !== news[k]);
+        const changes = replaces.length > 0 || olds.retentionDays !== news.retentionDays;
+        return { changes, replaces, deleteBeforeReplace: replaces.includes("bucketName") ? false : undefined };
+    },
+    async update(id: string, _olds: BucketInputs, news: BucketInputs) {
+        const bucket = await client().updateBucket(id, lifecycleRulesFor(news.retentionDays));
+        return { outs: { ...news, bucketId: id, lifecycleRules: bucket.lifecycleRules } };
+    },
+    async delete(id: string) {
+        const b2 = client();
+        if (await b2.findBucket(id)) await b2.deleteBucket(id);
+    },
+};
+
+export interface KeyInputs {
+    b2Kind: "applicationKey";
+    /** host: reaches a machine, must be least-privilege; operator: never leaves the operator. */
+    purpose: "host" | "operator";
+    keyName: string;
+    capabilities: string[];
+    bucketId?: string;
+    namePrefix?: string;
+}
+
+export const keyProvider: pulumi.dynamic.ResourceProvider = {
+    async create(inputs: KeyInputs) {
+        const key = await client().createKey(inputs.keyName, inputs.capabilities, inputs.bucketId, inputs.namePrefix);
+        return { id: key.applicationKeyId, outs: { ...inputs, applicationKeyId: key.applicationKeyId, applicationKey: key.applicationKey } };
+    },
+    async read(id: string, props: KeyInputs & { applicationKey?: string }) {
+        const key = await client().findKey(id);
+        if (!key) return {};
+        // B2 never shows a key's secret again; keep the one from creation.
+        return { id, props: { ...props, applicationKeyId: id, capabilities: key.capabilities, bucketId: key.bucketId ?? undefined, keyName: key.keyName } };
+    },
+    async diff(_id: string, olds: KeyInputs, news: KeyInputs) {
+        // Keys are immutable in B2: any change is a new key.
+        const replaces = (["purpose", "keyName", "capabilities", "bucketId", "namePrefix"] as const).filter((k) => JSON.stringify(olds[k]) !== JSON.stringify(news[k]));
+        return { changes: replaces.length > 0, replaces };
+    },
+    async delete(id: string) {
+        const b2 = client();
+        if (await b2.findKey(id)) await b2.deleteKey(id);
+    },
+};
+
+export class B2Bucket extends pulumi.dynamic.Resource {
+    declare readonly bucketId: pulumi.Output<string>;
+    declare readonly bucketName: pulumi.Output<string>;
+
+    constructor(name: string, args: Omit<BucketInputs, "b2Kind">, opts?: pulumi.CustomResourceOptions) {
+        super(bucketProvider, name, { b2Kind: "bucket", ...args, bucketId: undefined, lifecycleRules: lifecycleRulesFor(args.retentionDays) }, opts);
+    }
+}
+
+export class B2ApplicationKey extends pulumi.dynamic.Resource {
+    declare readonly applicationKeyId: pulumi.Output<string>;
+    /** A Pulumi secret. */
+    declare readonly applicationKey: pulumi.Output<string>;
+
+    constructor(name: string, args: { purpose: KeyInputs["purpose"]; keyName: string; capabilities: string[]; bucketId?: pulumi.Input<string>; namePrefix?: string }, opts?: pulumi.CustomResourceOptions) {
+        super(keyProvider, name, { b2Kind: "applicationKey", ...args, applicationKeyId: undefined, applicationKey: undefined }, { ...opts, additionalSecretOutputs: ["applicationKey"] });
+    }
+}

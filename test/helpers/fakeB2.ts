@@ -1,0 +1,220 @@
+import { randomBytes } from "node:crypto";
+import * as http from "node:http";
+import type { AddressInfo } from "node:net";
+
+/**
+ * A local stand-in for the B2 native API (v3), on loopback only. It implements the
+ * calls airlock's provider and a backup host make, and it ENFORCES capabilities the
+ * way B2 does: a key without deleteFiles can upload and hide but never delete a file
+ * version; a bucket-restricted key sees and touches only its bucket.
+ */
+
+interface Key {
+    applicationKeyId: string;
+    applicationKey: string;
+    keyName: string;
+    capabilities: string[];
+    bucketId: string | null;
+    namePrefix: string | null;
+}
+
+interface FileVersion {
+    fileId: string;
+    fileName: string;
+    action: "upload" | "hide";
+    content: string;
+}
+
+interface BucketState {
+    bucketId: string;
+    bucketName: string;
+    bucketType: string;
+    lifecycleRules: unknown[];
+    fileLockConfiguration: unknown;
+    versions: FileVersion[];
+}
+
+export interface FakeB2 {
+    url: string;
+    accountId: string;
+    /** The account's master key: every capability. */
+    master: { applicationKeyId: string; applicationKey: string };
+    buckets: Map<string, BucketState>;
+    keys: Map<string, Key>;
+    /** The next responses to POST calls fail with this status (429, 503...). */
+    failNext(status: number, count: number): void;
+    /** Every call name received, in order. */
+    calls: string[];
+    close(): Promise<void>;
+}
+
+const ALL = ["listKeys", "writeKeys", "deleteKeys", "listBuckets", "writeBuckets", "deleteBuckets", "listFiles", "readFiles", "shareFiles", "writeFiles", "deleteFiles"];
+
+/** Which capability each call needs. */
+const NEEDS: Record<string, string> = {
+    b2_create_bucket: "writeBuckets",
+    b2_update_bucket: "writeBuckets",
+    b2_delete_bucket: "deleteBuckets",
+    b2_list_buckets: "listBuckets",
+    b2_create_key: "writeKeys",
+    b2_delete_key: "deleteKeys",
+    b2_list_keys: "listKeys",
+    b2_get_upload_url: "writeFiles",
+    b2_upload_file: "writeFiles",
+    b2_hide_file: "writeFiles",
+    b2_delete_file_version: "deleteFiles",
+    b2_list_file_versions: "listFiles",
+};
+
+const id = (prefix: string) => `${prefix}${randomBytes(12).toString("hex")}`;
+
+export async function startFakeB2(): Promise<FakeB2> {
+    const accountId = id("acct");
+    const master: Key = { applicationKeyId: accountId, applicationKey: randomBytes(16).toString("hex"), keyName: "master", capabilities: ALL, bucketId: null, namePrefix: null };
+    const keys = new Map<string, Key>();
+    const buckets = new Map<string, BucketState>();
+    const tokens = new Map<string, Key>();
+    const calls: string[] = [];
+    let failures: { status: number; count: number } = { status: 0, count: 0 };
+
+    const server = http.createServer((req, res) => {
+        const chunks: Buffer[] = [];
+        req.on("data", (c) => chunks.push(c));
+        req.on("end", () => {
+            const send = (status: number, body: unknown) => {
+                res.writeHead(status, { "Content-Type": "application/json", ...(status === 429 || status === 503 ? { "Retry-After": "0" } : {}) });
+                res.end(JSON.stringify(body));
+            };
+            const fail = (status: number, code: string, message: string) => send(status, { status, code, message });
+            const url = new URL(req.url ?? "/", "http://fake");
+            const name = url.pathname.split("/").pop() ?? "";
+            calls.push(name);
+
+            if (name === "b2_authorize_account") {
+                const [keyId, secret] = Buffer.from((req.headers.authorization ?? "").replace(/^Basic /, ""), "base64").toString().split(":");
+                const key = keyId === master.applicationKeyId ? master : keys.get(keyId);
+                if (!key || key.applicationKey !== secret) return fail(401, "bad_auth_token", "unknown application key");
+                const token = id("tok");
+                tokens.set(token, key);
+                const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+                return send(200, { accountId, authorizationToken: token, apiInfo: { storageApi: { apiUrl: base, downloadUrl: base, capabilities: key.capabilities, bucketId: key.bucketId } } });
+            }
+            if (failures.count > 0) {
+                failures.count--;
+                return fail(failures.status, failures.status === 429 ? "too_many_requests" : "service_unavailable", "injected");
+            }
+            const key = tokens.get(req.headers.authorization ?? "");
+            if (!key) return fail(401, "bad_auth_token", "unknown token");
+            const needed = NEEDS[name];
+            if (!needed) return fail(400, "bad_request", `unknown call ${name}`);
+            if (!key.capabilities.includes(needed)) return fail(401, "unauthorized", `${needed} is not allowed for this key`);
+
+            let body: any = {};
+            if (name !== "b2_upload_file") {
+                try {
+                    body = JSON.parse(Buffer.concat(chunks).toString() || "{}");
+                } catch {
+                    return fail(400, "bad_request", "body is not JSON");
+                }
+            }
+            const bucketIdOf = () => (name === "b2_upload_file" ? url.searchParams.get("bucketId") : body.bucketId);
+            const bucketId = bucketIdOf();
+            if (key.bucketId && bucketId && bucketId !== key.bucketId) return fail(401, "unauthorized", "this key is restricted to another bucket");
+
+            switch (name) {
+                case "b2_create_bucket": {
+                    if ([...buckets.values()].some((b) => b.bucketName === body.bucketName)) return fail(400, "duplicate_bucket_name", "bucket name already in use");
+                    const bucket: BucketState = {
+                        bucketId: id("b"),
+                        bucketName: body.bucketName,
+                        bucketType: body.bucketType,
+                        lifecycleRules: body.lifecycleRules ?? [],
+                        fileLockConfiguration: { value: { isFileLockEnabled: body.fileLockEnabled === true, defaultRetention: body.defaultRetention ?? null } },
+                        versions: [],
+                    };
+                    buckets.set(bucket.bucketId, bucket);
+                    return send(200, publicBucket(bucket));
+                }
+                case "b2_update_bucket": {
+                    const bucket = buckets.get(body.bucketId);
+                    if (!bucket) return fail(400, "bad_request", "no such bucket");
+                    bucket.lifecycleRules = body.lifecycleRules ?? bucket.lifecycleRules;
+                    return send(200, publicBucket(bucket));
+                }
+                case "b2_delete_bucket": {
+                    const bucket = buckets.get(body.bucketId);
+                    if (!bucket) return fail(400, "bad_bucket_id", "no such bucket");
+                    if (bucket.versions.length > 0) return fail(400, "cannot_delete_non_empty_bucket", "bucket is not empty");
+                    buckets.delete(body.bucketId);
+                    return send(200, publicBucket(bucket));
+                }
+                case "b2_list_buckets": {
+                    const visible = [...buckets.values()].filter((b) => (!key.bucketId || b.bucketId === key.bucketId) && (!body.bucketId || b.bucketId === body.bucketId));
+                    return send(200, { buckets: visible.map(publicBucket) });
+                }
+                case "b2_create_key": {
+                    const created: Key = { applicationKeyId: id("K"), applicationKey: randomBytes(16).toString("hex"), keyName: body.keyName, capabilities: body.capabilities, bucketId: body.bucketId ?? null, namePrefix: body.namePrefix ?? null };
+                    keys.set(created.applicationKeyId, created);
+                    return send(200, created);
+                }
+                case "b2_delete_key": {
+                    const existing = keys.get(body.applicationKeyId);
+                    if (!existing) return fail(400, "bad_request", "no such key");
+                    keys.delete(body.applicationKeyId);
+                    return send(200, { ...existing, applicationKey: undefined });
+                }
+                case "b2_list_keys":
+                    return send(200, { keys: [...keys.values()].map((k) => ({ ...k, applicationKey: undefined })), nextApplicationKeyId: null });
+                case "b2_get_upload_url":
+                    if (!buckets.has(body.bucketId)) return fail(400, "bad_request", "no such bucket");
+                    return send(200, { bucketId: body.bucketId, uploadUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}/b2api/v3/b2_upload_file?bucketId=${body.bucketId}`, authorizationToken: req.headers.authorization });
+                case "b2_upload_file": {
+                    const bucket = buckets.get(bucketId!);
+                    if (!bucket) return fail(400, "bad_request", "no such bucket");
+                    const version: FileVersion = { fileId: id("f"), fileName: decodeURIComponent(String(req.headers["x-bz-file-name"])), action: "upload", content: Buffer.concat(chunks).toString() };
+                    bucket.versions.push(version);
+                    return send(200, { fileId: version.fileId, fileName: version.fileName, action: "upload" });
+                }
+                case "b2_hide_file": {
+                    const bucket = buckets.get(body.bucketId);
+                    if (!bucket) return fail(400, "bad_request", "no such bucket");
+                    const version: FileVersion = { fileId: id("f"), fileName: body.fileName, action: "hide", content: "" };
+                    bucket.versions.push(version);
+                    return send(200, { fileId: version.fileId, fileName: version.fileName, action: "hide" });
+                }
+                case "b2_delete_file_version": {
+                    for (const bucket of buckets.values()) {
+                        if (key.bucketId && bucket.bucketId !== key.bucketId) continue;
+                        const index = bucket.versions.findIndex((v) => v.fileId === body.fileId && v.fileName === body.fileName);
+                        if (index >= 0) {
+                            bucket.versions.splice(index, 1);
+                            return send(200, { fileId: body.fileId, fileName: body.fileName });
+                        }
+                    }
+                    return fail(400, "file_not_present", "no such file version");
+                }
+                case "b2_list_file_versions": {
+                    const bucket = buckets.get(body.bucketId);
+                    if (!bucket) return fail(400, "bad_request", "no such bucket");
+                    return send(200, { files: bucket.versions.map(({ content: _content, ...v }) => v), nextFileName: null });
+                }
+            }
+            return fail(400, "bad_request", `unhandled ${name}`);
+        });
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    return {
+        url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+        accountId,
+        master: { applicationKeyId: master.applicationKeyId, applicationKey: master.applicationKey },
+        buckets,
+        keys,
+        calls,
+        failNext: (status, count) => (failures = { status, count }),
+        close: () => new Promise((resolve) => server.close(() => resolve())),
+    };
+}
+
+function publicBucket(b: BucketState) {
+    return { accountId: undefined, bucketId: b.bucketId, bucketName: b.bucketName, bucketType: b.bucketType, lifecycleRules: b.lifecycleRules, fileLockConfiguration: b.fileLockConfiguration };
+}
