@@ -159,9 +159,10 @@ describe.runIf(toolsAvailable("systemd units", ["systemd-analyze"]))("systemd-an
     /** Units to verify for each rendered unit file or drop-in. */
     function unitsOf(host: RenderedHost): { file: string; unit: string; userUnit: boolean }[] {
         return host.files.flatMap((f): { file: string; unit: string; userUnit: boolean }[] => {
-            const system = /^\/etc\/systemd\/system\/(?:([^/]+)\.d\/[^/]+\.conf|([^/]+\.service))$/.exec(f.path);
+            const system = /^\/etc\/systemd\/system\/(?:([^/]+)\.d\/[^/]+\.conf|([^/]+\.(?:service|timer)))$/.exec(f.path);
             if (system) {
-                const unit = (system[1] ?? system[2]).replace("user@.service", "user@1000.service");
+                // Templates are verified through an instance.
+                const unit = (system[1] ?? system[2]).replace("user@.service", "user@1000.service").replace(/@\.(service|timer)$/, "@test.$1");
                 return [{ file: f.path, unit, userUnit: false }];
             }
             const user = /^\/etc\/systemd\/user\/([^/]+\.service)$/.exec(f.path);

@@ -207,8 +207,18 @@ const stackConfigBase = z.strictObject({
         .strictObject({
             /** Days B2 keeps hidden (superseded) versions before lifecycle rules purge them. */
             retentionDays: z.number().int().min(1).max(3650).default(30),
+            /** Object Lock default retention (days) on the buckets; fixed at creation. */
+            objectLockDays: z.number().int().min(1).max(3650).optional(),
+            /** Create an operator-only prune key (deleteFiles) per bucket, as a secret stack output. */
+            pruneKey: z.boolean().default(false),
+            /** Pinged after every successful backup (healthchecks.io-style). */
+            heartbeatUrl: z.url({ protocol: /^https$/ }).optional(),
+            /** Receives a JSON POST when a backup, check or drill unit fails. */
+            alertWebhookUrl: z.url({ protocol: /^https$/ }).optional(),
+            /** Tables the monthly restore drill requires to have rows (schema.table or table). */
+            drillTables: z.array(z.string().regex(/^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$/)).default([]),
         })
-        .default({ retentionDays: 30 }),
+        .prefault({}),
 });
 
 export const stackConfigSchema = stackConfigBase

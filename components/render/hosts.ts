@@ -185,14 +185,68 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
         }),
         script("/usr/local/sbin/airlock-gateway-agent-key", "scripts/gateway-agent-key", { agentUser: user }),
         { path: "/etc/airlock/adguard/AdGuardHome.yaml", content: renderAdguardConfig(cfg), permissions: "0644" },
+        ...backupFiles(cfg),
         // Rootless Docker publishes AdGuard's port 53 as the agent user.
         { path: "/etc/sysctl.d/60-airlock-dns-port.conf", content: "# airlock: let the agent's rootless Docker publish DNS (53) on the tailnet address.\nnet.ipv4.ip_unprivileged_port_start = 53\n", permissions: "0644" },
     ];
-    return assemble(cfg, "gateway", files, { adminUser, agentUser: user, agentUid: cfg.agent.uid });
+    return assemble(cfg, "gateway", files, { adminUser, agentUser: user, agentUid: cfg.agent.uid, enableBackupTimers: ["systemctl", "enable", "--now", ...backupTimers(cfg)] });
+}
+
+/** One systemd service (alerting on failure) and the timer that starts it. */
+function scheduled(name: string, description: string, execStart: string, onCalendar: string, randomizedDelay: string): HostFile[] {
+    return [
+        config(`/etc/systemd/system/${name}.service`, "backup/unit.service", { description, execStart }),
+        config(`/etc/systemd/system/${name}.timer`, "backup/unit.timer", { description, onCalendar, randomizedDelay }),
+    ];
+}
+
+/** The names of the backup timers the gateway enables. */
+export function backupTimers(cfg: StackConfig): string[] {
+    return backupFiles(cfg)
+        .map((f) => /^\/etc\/systemd\/system\/([^/]+\.timer)$/.exec(f.path)?.[1])
+        .filter((t): t is string => t !== undefined);
+}
+
+/**
+ * Backups run from the gateway: its own data, and the sandbox's /workspace (and
+ * database) pulled over the agent's ssh path, so the sandbox never holds a backup
+ * key. Scripts and units are rendered from templates/backup.
+ */
+function backupFiles(cfg: StackConfig): HostFile[] {
+    const withDatabase = cfg.workloads.postgres.enabled;
+    const shellQuoted = (value: string | undefined) => (value ? `'${value.replace(/'/g, "'\\''")}'` : '""');
+    const files: HostFile[] = [
+        script("/usr/local/sbin/airlock-backup", "backup/backup", {
+            heartbeatUrl: shellQuoted(cfg.backup.heartbeatUrl),
+            agentUser: cfg.agent.user,
+            gatewayPaths: `/etc/airlock /home/${cfg.agent.user}/.local/share/airlock`,
+        }),
+        script("/usr/local/sbin/airlock-restic-check", "backup/check"),
+        script("/usr/local/sbin/airlock-restore-drill", "backup/restore-drill", {
+            drillTables: cfg.backup.drillTables.join(" "),
+            withDatabase: String(withDatabase),
+        }),
+        script("/usr/local/sbin/airlock-alert", "backup/alert", { alertWebhookUrl: shellQuoted(cfg.backup.alertWebhookUrl) }),
+        config("/etc/systemd/system/airlock-alert@.service", "backup/alert@.service"),
+        // The drill's scratch PostgreSQL: no cluster of its own on the gateway.
+        { path: "/etc/postgresql-common/createcluster.conf", content: "# airlock: PostgreSQL is here only for the restore drill's scratch server.\ncreate_main_cluster = false\n", permissions: "0644" },
+        ...scheduled("airlock-backup-gateway", "daily backup of the gateway", "/usr/local/sbin/airlock-backup gateway", "*-*-* 03:00", "30min"),
+        ...scheduled("airlock-backup-sandbox", "daily backup of the sandbox's /workspace", "/usr/local/sbin/airlock-backup sandbox", "*-*-* 03:30", "30min"),
+        ...scheduled("airlock-restic-check-gateway", "weekly check of the gateway's repository", "/usr/local/sbin/airlock-restic-check gateway", "Sun *-*-* 05:00", "1h"),
+        ...scheduled("airlock-restic-check-sandbox", "weekly check of the sandbox's repository", "/usr/local/sbin/airlock-restic-check sandbox", "Sun *-*-* 05:30", "1h"),
+        ...scheduled("airlock-restore-drill", "monthly restore drill of the sandbox's backups", "/usr/local/sbin/airlock-restore-drill", "*-*-01 06:00", "2h"),
+    ];
+    if (withDatabase) {
+        files.push(
+            script("/usr/local/sbin/airlock-db-dump", "backup/db-dump", { agentUser: cfg.agent.user }),
+            ...scheduled("airlock-db-dump", "hourly dump of the sandbox's database", "/usr/local/sbin/airlock-db-dump", "hourly", "5min"),
+        );
+    }
+    return files;
 }
 
 /** The cloud-init template plus every file as a write_files entry, and the join key file last. */
-function assemble(cfg: StackConfig, role: HostRole, files: HostFile[], vars: Record<string, string | number>): RenderedHost {
+function assemble(cfg: StackConfig, role: HostRole, files: HostFile[], vars: Record<string, string | number | string[]>): RenderedHost {
     const hostname = cfg.hostnames[role];
     const yamlVars = Object.fromEntries(
         Object.entries({ ...vars, hostname }).map(([name, value]) => [name, JSON.stringify(value)]),

@@ -35,6 +35,7 @@ export function findSecrets(text: string): SecretMatch[] {
     for (const m of text.matchAll(ASSIGNMENT)) {
         const value = m[2];
         if (/^@[A-Z_]+@$/.test(value) || /^\{\{/.test(value)) continue; // placeholders
+        if (/^(\/|\.\/|~\/)/.test(value)) continue; // a file path names where a secret lives, it is not one
         if (entropy(value) >= 3.5) found.push({ kind: `high-entropy value for ${m[1]}`, preview: `${value.slice(0, 4)}...` });
     }
     return found;

@@ -66,6 +66,7 @@ describe("cloud-init rules", () => {
         ["an sshd drop-in that only tightens", edited((d) => d.write_files.push({ path: "/etc/ssh/sshd_config.d/10-tight.conf", content: "PasswordAuthentication no\nX11Forwarding no\n" }))],
         ["a checksum-verified download", edited((d) => d.runcmd.push("curl -fsSLo /tmp/i.sh https://x.example/i.sh && sha256sum -c /tmp/i.sum && sh /tmp/i.sh"))],
         ["tailscale up --ssh=false", edited((d) => d.runcmd.push("tailscale up --ssh=false"))],
+        ["a path to a credentials file", edited((d) => d.write_files.push({ path: "/usr/local/sbin/x", content: "#!/bin/sh\n# Credentials: /etc/airlock/backup/sandbox.env (0600)\nTOKEN_FILE=/run/secrets/github-token\n" }))],
         ["a 64-hex sha256 digest", edited((d) => d.runcmd.push(`echo ${"ab".repeat(32)} > /tmp/digest`))],
         ["an operator with sudo", edited((d) => d.users.push({ name: "ops", sudo: "ALL=(ALL) NOPASSWD:ALL" }), gatewayUserData)],
     ])("legitimate: %s", (_, text) => {
