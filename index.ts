@@ -24,5 +24,20 @@ export = async () => {
         sandboxTag: config.tailnet.sandboxTag,
         // Merge this into the tailnet policy file when airlock:tailnet.manageAcl is false.
         tailnetPolicy: deployment.tailnet.policyText,
+        // What the gateway's /etc/airlock/backup/*.env need (secret; see README "Backups").
+        backupCredentials: pulumi.secret(
+            pulumi.output(
+                Object.fromEntries(
+                    Object.entries(deployment.backups).map(([machine, b]) => [
+                        machine,
+                        { repository: `b2:${b.bucketName}:/`, keyId: b.hostKeyId, key: b.hostKey },
+                    ]),
+                ),
+            ),
+        ),
+        // Only when airlock:backup.pruneKey is true; it never reaches a host.
+        ...(config.backup.pruneKey
+            ? { pruneKeys: pulumi.secret(pulumi.output(Object.fromEntries(Object.entries(deployment.backups).map(([m, b]) => [m, { keyId: b.pruneKeyId, key: b.pruneKey }])))) }
+            : {}),
     };
 };

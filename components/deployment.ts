@@ -3,6 +3,7 @@ import * as pulumi from "@pulumi/pulumi";
 import * as tls from "@pulumi/tls";
 import type { StackConfig } from "./config/schema";
 import { GatewayHost } from "./gatewayHost";
+import { BackupBucket } from "./backupBucket";
 import { SandboxHost } from "./sandboxHost";
 import { Tailnet } from "./tailnet";
 import { Workloads } from "./workloads/workloads";
@@ -17,6 +18,8 @@ export class Deployment extends pulumi.ComponentResource {
     readonly gateway: GatewayHost;
     readonly sandbox: SandboxHost;
     readonly workloads: Workloads;
+    /** One bucket per machine; both are written by the gateway (the sandbox holds no backup key). */
+    readonly backups: Record<"gateway" | "sandbox", BackupBucket>;
 
     constructor(name: string, args: DeploymentArgs, opts?: pulumi.ComponentResourceOptions) {
         super("airlock:index:Deployment", name, {}, opts);
@@ -71,6 +74,21 @@ export class Deployment extends pulumi.ComponentResource {
             },
             { parent: this },
         );
+
+        const backup = (machine: "gateway" | "sandbox") =>
+            new BackupBucket(
+                `${name}-${machine}-backups`,
+                {
+                    prefix: cfg.prefix,
+                    machine,
+                    retentionDays: cfg.backup.retentionDays,
+                    objectLockDays: cfg.backup.objectLockDays,
+                    pruneKey: cfg.backup.pruneKey,
+                    uniqueSeed: cfg.breakGlassSshPublicKey,
+                },
+                { parent: this },
+            );
+        this.backups = { gateway: backup("gateway"), sandbox: backup("sandbox") };
 
         this.registerOutputs({
             gatewayHostname: this.gateway.hostname,
