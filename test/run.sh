@@ -17,6 +17,7 @@ readonly PACKAGES=(
 	docker.io docker-compose      # the real engine runs the rendered compose; units exec them
 	nftables                      # nft --check on the rendered egress rules
 	busybox-static                # the test images' userland
+	restic postgresql             # backup and restore drill for real
 )
 
 if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
