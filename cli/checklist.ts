@@ -162,6 +162,17 @@ const AUTOMATIC: AutomaticItem[] = [
         rules: ["cloud-init-no-passwordless-sudo-for-agent", "cloud-init-no-pipe-to-shell", "cloud-init-ssh-password-auth-off"],
         evidence: (plan) => (artifact(plan, "sandbox", "cloud-init.yaml") ? `agent uid ${plan.config.agent.uid}` : undefined),
     },
+    {
+        section: "recovery",
+        id: "backups-off-host",
+        title: "Backups run off-host, one B2 bucket per machine, with keys that cannot delete and hidden versions kept",
+        rules: ["b2-host-keys-least-privilege", "b2-buckets-retain-hidden-versions"],
+        evidence: (plan) => {
+            const buckets = plan.resources.filter((r) => r.inputs.b2Kind === "bucket");
+            const timers = Object.keys(collectArtifacts(plan).get("gateway") ?? {}).filter((f) => /airlock-(backup|restore-drill)[\w-]*\.timer$/.test(f));
+            return buckets.length >= 2 && timers.length >= 3 ? `${buckets.length} buckets, timers: ${timers.map((t) => t.split("/").pop()).join(", ")}` : undefined;
+        },
+    },
 ];
 
 const MANUAL: ManualItem[] = [
@@ -179,15 +190,15 @@ const MANUAL: ManualItem[] = [
     },
     {
         section: "recovery",
-        id: "backups-configured",
-        title: "Backups run off-host with keys that cannot delete",
-        instruction: "This version does not provision restic/B2 backups yet: back up /workspace and the gateway's data yourself, and record where.",
+        id: "backup-credentials-delivered",
+        title: "The gateway holds its backup credentials (and the restic password is kept elsewhere too)",
+        instruction: "Deliver /etc/airlock/backup/{gateway,sandbox}.env as in the README (\"Backups\"); keep each restic password in your password manager.",
     },
     {
         section: "recovery",
         id: "restore-drill-done",
         title: "A restore has been rehearsed",
-        instruction: "Restore the latest backup into scratch space once, check the data, and record the date here.",
+        instruction: "Run `sudo airlock-restore-drill` on the gateway once (it also runs monthly), and record the date here.",
     },
 ];
 

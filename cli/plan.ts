@@ -127,6 +127,7 @@ export function summarize(plan: StackPlan): PlanSummary {
                       `rootless Docker for ${cfg.agent.user}`,
                       `ssh client -> ${cfg.hostnames.sandbox} (ControlMaster, SendEnv ${cfg.agent.envAllowlist.join(" ")})`,
                       `containers: ${containersOf(plan, "gateway").join(", ")}`,
+                      `backups: restic -> B2 for itself and the sandbox's /workspace${cfg.workloads.postgres.enabled ? " and database (hourly)" : ""}, pulled over ssh; weekly check; monthly restore drill`,
                   ];
         return {
             hostname,
