@@ -92,8 +92,8 @@ export function runDoctor(env: Env, stackFile?: string, stack?: string): DoctorC
     checks.push({
         name: "B2 credentials (operator)",
         ok: b2,
-        required: false,
-        detail: b2 ? "B2_APPLICATION_KEY_ID and B2_APPLICATION_KEY in the environment" : "missing (needed once backups are provisioned)",
+        required: true,
+        detail: b2 ? "B2_APPLICATION_KEY_ID and B2_APPLICATION_KEY in the environment" : "missing (the B2 provider creates the backup buckets and keys with them)",
         fix: "export B2_APPLICATION_KEY_ID and B2_APPLICATION_KEY from your secret store (an operator key; it never reaches a host)",
     });
 

@@ -178,7 +178,8 @@ describe("airlock doctor", () => {
         const doc = YAML.parse(fs.readFileSync(stack, "utf8"));
         Object.assign(doc.config, { "hcloud:token": { secure: "x" }, "tailscale:apiKey": { secure: "x" }, "tailscale:tailnet": "example.com" });
         fs.writeFileSync(stack, YAML.stringify(doc));
-        const checks = runDoctor({ PATH: `${bin}:/usr/bin:/bin` }, stack, "dev");
+        const b2 = ["K005", "operatorTestKey0123456789abcdef"].join("");
+        const checks = runDoctor({ PATH: `${bin}:/usr/bin:/bin`, B2_APPLICATION_KEY_ID: "0050000000000000000000001", B2_APPLICATION_KEY: b2 }, stack, "dev");
         expect(checks.filter((c) => c.required && !c.ok)).toEqual([]);
     });
 
