@@ -67,8 +67,19 @@ function decode(content: unknown, encoding: unknown): string {
     }
 }
 
+// Several rules walk the same document: walk it once.
+const leavesOf = new WeakMap<CloudInitDoc, { path: string; value: string }[]>();
+
 /** Every string in the document with its key path (`runcmd[2]`, `write_files[0].content`). */
 export function stringLeaves(doc: CloudInitDoc): { path: string; value: string }[] {
+    const cached = leavesOf.get(doc);
+    if (cached) return cached;
+    const leaves = collectLeaves(doc);
+    leavesOf.set(doc, leaves);
+    return leaves;
+}
+
+function collectLeaves(doc: CloudInitDoc): { path: string; value: string }[] {
     if (!doc.data) return [{ path: "(script)", value: doc.text }];
     const out: { path: string; value: string }[] = [];
     const walk = (value: unknown, at: string) => {
