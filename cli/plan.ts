@@ -1,6 +1,7 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { artifactsOf } from "../components/artifacts";
+import { parseCloudInit } from "../policies/engine/cloudInit";
 import * as YAML from "yaml";
 import { OFFLINE_DIGEST, PlannedResource, StackPlan } from "./offline";
 
@@ -26,7 +27,10 @@ export function toPreviewJson(plan: StackPlan): PreviewJson {
 // A plan's resources never change once planned: collect its artifacts once.
 const collected = new WeakMap<StackPlan, Map<string, Record<string, string>>>();
 
-/** Folder (under out/<stack>/) -> relative path -> content, from every artifact Stash. */
+/**
+ * Folder (under out/<stack>/) -> relative path -> content, from every artifact
+ * Stash; a host's files are those its cloud-init.yaml writes.
+ */
 export function collectArtifacts(plan: StackPlan): Map<string, Record<string, string>> {
     const cached = collected.get(plan);
     if (cached) return cached;
@@ -36,7 +40,11 @@ export function collectArtifacts(plan: StackPlan): Map<string, Record<string, st
         if (!artifacts) continue;
         // "airlock-dev-sandbox-artifacts" -> "sandbox"
         const folder = r.name.replace(new RegExp(`^${plan.config.prefix}-`), "").replace(/-artifacts$/, "");
-        folders.set(folder, artifacts);
+        const files = { ...artifacts };
+        if (artifacts["cloud-init.yaml"] !== undefined) {
+            for (const file of parseCloudInit(artifacts["cloud-init.yaml"]).files) files[file.path.replace(/^\//, "")] = file.content;
+        }
+        folders.set(folder, files);
     }
     collected.set(plan, folders);
     return folders;

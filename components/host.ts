@@ -87,15 +87,8 @@ export function provisionHost(
         parent,
     );
 
-    artifactStash(
-        `${name}-artifacts`,
-        rendered.apply((host) => {
-            const artifacts: Artifacts = { "cloud-init.yaml": host.cloudInit };
-            for (const file of host.files) artifacts[file.path.replace(/^\//, "")] = file.content;
-            return artifacts;
-        }),
-        parent,
-    );
+    // The document carries every file it writes; the plan derives them from it.
+    artifactStash(`${name}-artifacts`, rendered.apply((host): Artifacts => ({ "cloud-init.yaml": host.cloudInit })), parent);
 
     // The rendered document plus what only exists at deploy time: the join key, the
     // sandbox's host key (its pair on the sandbox, its public half on the gateway),

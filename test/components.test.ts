@@ -2,7 +2,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import * as YAML from "yaml";
 import { describe, expect, it } from "vitest";
-import { writePlan } from "../cli/plan";
+import { collectArtifacts, writePlan } from "../cli/plan";
 import { artifactsOf } from "../components/artifacts";
 import { TAILNET_AUTH_KEY_PATH, withBuiltImage } from "../components/render/hosts";
 import { BUILT_IMAGE, editedStack, fakeTailnetKey, testHostKey, planShipped, resourceNamed, resourcesOfType, SHIPPED_STACKS, tempDir, deployedValues } from "./helpers/stacks";
@@ -25,6 +25,8 @@ const T = {
     workloads: "airlock:index:Workloads",
     image: "docker:index/image:Image",
     hostKey: "tls:index/privateKey:PrivateKey",
+    backups: "airlock:index:BackupBucket",
+    b2: "pulumi-nodejs:dynamic:Resource",
 };
 
 describe.each(SHIPPED_STACKS)("the %s stack under mocks", (stack) => {
@@ -52,6 +54,13 @@ describe.each(SHIPPED_STACKS)("the %s stack under mocks", (stack) => {
         }
         expected.push([T.workloads, `${p}-workloads`, `${T.deployment} ${p}`]);
         expected.push([T.hostKey, `${p}-sandbox-host-key`, `${T.deployment} ${p}`]);
+        for (const machine of ["gateway", "sandbox"]) {
+            const component = `${p}-${machine}-backups`;
+            expected.push([T.backups, component, `${T.deployment} ${p}`]);
+            expected.push([T.b2, `${component}-bucket`, `${T.backups} ${component}`]);
+            expected.push([T.b2, `${component}-host-key`, `${T.backups} ${component}`]);
+            if (plan.config.backup.pruneKey) expected.push([T.b2, `${component}-prune-key`, `${T.backups} ${component}`]);
+        }
         if (plan.config.tailnet.manageAcl) expected.push([T.acl, `${p}-tailnet-policy`, `${T.tailnet} ${p}-tailnet`]);
         // Only a stack with a registry builds the hardened shell image.
         if (plan.config.workloads.registry) expected.push([T.image, `${p}-workloads-sandbox-shell`, `${T.workloads} ${p}-workloads`]);
@@ -169,10 +178,37 @@ describe.each(SHIPPED_STACKS)("the %s stack under mocks", (stack) => {
     });
 });
 
+describe("backup buckets", () => {
+    it("one private bucket per machine, an append-only host key restricted to it, no prune key unless asked", async () => {
+        const plan = await planShipped("prod", "up");
+        for (const machine of ["gateway", "sandbox"]) {
+            const bucket = resourceNamed(plan, T.b2, `airlock-prod-${machine}-backups-bucket`);
+            const key = resourceNamed(plan, T.b2, `airlock-prod-${machine}-backups-host-key`);
+            expect(bucket.inputs).toMatchObject({ b2Kind: "bucket", retentionDays: 90 });
+            expect(String(bucket.inputs.bucketName)).toMatch(new RegExp(`^airlock-prod-${machine}-[0-9a-f]{10}$`));
+            expect(key.inputs).toMatchObject({ b2Kind: "applicationKey", purpose: "host", capabilities: ["listBuckets", "listFiles", "readFiles", "writeFiles"] });
+            expect(key.inputs.bucketId).toBe(`b2-bucket-of-airlock-prod-${machine}-backups-bucket`);
+        }
+        expect(plan.resources.filter((r) => r.inputs.purpose === "operator")).toEqual([]);
+
+        const withPrune = await planStack(editedStack("prod", (c) => (c["airlock:backup"].pruneKey = true)), "prod", { deployed: deployedValues });
+        const prune = resourceNamed(withPrune, T.b2, "airlock-prod-sandbox-backups-prune-key");
+        expect(prune.inputs).toMatchObject({ purpose: "operator", capabilities: expect.arrayContaining(["deleteFiles"]) });
+    });
+
+    it("bucket names differ between organisations using the same prefix", async () => {
+        const ours = await planShipped("dev");
+        const theirs = await planStack(editedStack("dev", (c) => (c["airlock:breakGlassSshPublicKey"] = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPWKETrPt8oVYVlHKofRu0YtZmqfPRzEon0UODMLMRhF other")), "dev");
+        const names = (p: typeof ours) => resourcesOfType(p, T.b2).map((r) => r.inputs.bucketName).filter(Boolean);
+        expect(names(ours)).toHaveLength(2);
+        expect(names(ours).filter((n) => names(theirs).includes(n))).toEqual([]);
+    });
+});
+
 describe("the built sandbox shell", () => {
     it("is filled into user_data at deploy as a digest-pinned reference, and only there", async () => {
         const preview = await planShipped("prod");
-        const stashed = artifactsOf(resourceNamed(preview, T.stash, "airlock-prod-sandbox-artifacts").inputs)!;
+        const stashed = collectArtifacts(preview).get("sandbox")!;
         expect(stashed["etc/airlock/compose.yml.in"]).toContain("image: \"@SANDBOX_SHELL_IMAGE@\"");
 
         const up = await planShipped("prod", "up");

@@ -51,10 +51,12 @@ export function testHostKey(): { privateKeyOpenssh: string; publicKeyOpenssh: st
     return hostKey;
 }
 
-export const deployedValues: PlanOptions["deployed"] = (type) => {
+export const deployedValues: PlanOptions["deployed"] = (type, name) => {
     if (type === "tailscale:index/tailnetKey:TailnetKey") return { key: fakeTailnetKey() };
     if (type === "tls:index/privateKey:PrivateKey") return testHostKey();
     if (type === "docker:index/image:Image") return { repoDigest: BUILT_IMAGE };
+    // What the B2 provider returns for a created bucket.
+    if (type === "pulumi-nodejs:dynamic:Resource" && name.endsWith("-bucket")) return { bucketId: `b2-bucket-of-${name}` };
     return {};
 };
 

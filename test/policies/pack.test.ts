@@ -43,7 +43,8 @@ describe("the CrossGuard pack", () => {
 
     it("reports nothing for every resource of the shipped dev plan", async () => {
         const plan = await planShipped("dev");
-        for (const r of plan.resources) expect([...(await runPack(r)).keys()], r.urn).toEqual([]);
+        const context = { agentUser: plan.config.agent.user, envAllowlist: plan.config.agent.envAllowlist, retentionDays: plan.config.backup.retentionDays };
+        for (const r of plan.resources) expect([...(await runPack(r, context)).keys()], r.urn).toEqual([]);
     });
 
     it("fails closed on values @pulumi/policy hides behind its unknown-checking proxy", async () => {
