@@ -30,6 +30,7 @@ function globalNames(plan: StackPlan): string[] {
         if (typeof r.inputs.name === "string" && r.type.startsWith("hcloud:")) names.push(`hcloud:${r.inputs.name}`);
         if (r.type === "tailscale:index/tailnetKey:TailnetKey") names.push(...(r.inputs.tags as string[]));
         if (r.type === "docker:index/image:Image") names.push(String(r.inputs.imageName));
+        if (r.inputs.b2Kind === "bucket") names.push(`b2:${r.inputs.bucketName}`);
     }
     names.push(plan.config.hostnames.gateway, plan.config.hostnames.sandbox);
     return names;
