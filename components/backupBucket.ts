@@ -51,19 +51,17 @@ export class BackupBucket extends pulumi.ComponentResource {
             { parent: this },
         );
         this.bucketId = bucket.bucketId;
-        const hostKey = new B2ApplicationKey(
-            `${name}-host-key`,
-            { purpose: "host", keyName: `${args.prefix}-${args.machine}-host`, capabilities: HOST_KEY_CAPABILITIES, bucketId: bucket.bucketId },
-            { parent: this },
-        );
+        const key = (role: "host" | "prune", purpose: "host" | "operator", capabilities: string[]) =>
+            new B2ApplicationKey(
+                `${name}-${role}-key`,
+                { purpose, keyName: `${args.prefix}-${args.machine}-${role}`, capabilities, bucketId: bucket.bucketId },
+                { parent: this },
+            );
+        const hostKey = key("host", "host", HOST_KEY_CAPABILITIES);
         this.hostKeyId = hostKey.applicationKeyId;
         this.hostKey = pulumi.secret(hostKey.applicationKey);
         if (args.pruneKey) {
-            const prune = new B2ApplicationKey(
-                `${name}-prune-key`,
-                { purpose: "operator", keyName: `${args.prefix}-${args.machine}-prune`, capabilities: PRUNE_KEY_CAPABILITIES, bucketId: bucket.bucketId },
-                { parent: this },
-            );
+            const prune = key("prune", "operator", PRUNE_KEY_CAPABILITIES);
             this.pruneKeyId = prune.applicationKeyId;
             this.pruneKey = pulumi.secret(prune.applicationKey);
         }
