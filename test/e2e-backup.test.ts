@@ -2,8 +2,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
-import { editedStack, renderHosts } from "./helpers/stacks";
-import { renderedFile } from "./helpers/sshdRig";
+import { editedStack, renderHosts, renderedFile } from "./helpers/stacks";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { SANDBOX_WRAPPER_PATH } from "../components/render/hosts";
 import { renderSandboxCompose } from "../components/workloads/compose";
-import { editedStack, renderHosts } from "./helpers/stacks";
+import { editedStack, renderHosts, renderedFile } from "./helpers/stacks";
 import { importTestImage, startDockerd, TestDocker } from "./helpers/dockerd";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
@@ -55,7 +55,7 @@ describe.runIf(canRun)("the rendered sandbox compose on a real dockerd", () => {
                 .replace("- /workspace:/workspace", `- ${dir}/workspace:/workspace`),
         );
         wrapper = path.join(dir, "sandbox-shell");
-        fs.writeFileSync(wrapper, renderHosts(cfg).sandbox.files.find((f) => f.path === SANDBOX_WRAPPER_PATH)!.content, { mode: 0o755 });
+        fs.writeFileSync(wrapper, renderedFile(renderHosts(cfg).sandbox, SANDBOX_WRAPPER_PATH), { mode: 0o755 });
 
         const up = run("docker-compose", ["--project-name", "airlocke2e", "--file", compose, "up", "--detach"], { env: dockerd.env, timeout: 180_000 });
         expect(up.status, up.stderr).toBe(0);

@@ -5,8 +5,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { RenderedHost, SSHD_TEMPLATE_PATH } from "../components/render/hosts";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
-import { editedStack, REPO, tempDir, renderHosts } from "./helpers/stacks";
-import { installSandboxSshd, newHostKey, pinnedKnownHosts, renderedFile } from "./helpers/sshdRig";
+import { editedStack, REPO, tempDir, renderHosts, renderedFile } from "./helpers/stacks";
+import { installSandboxSshd, newHostKey, pinnedKnownHosts } from "./helpers/sshdRig";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**

@@ -3,7 +3,7 @@ import { readStackFile } from "../components/config/load";
 import { hostFirewallRules } from "../components/host";
 import { TAILNET_AUTH_KEY_PLACEHOLDER, withTailnetKey } from "../components/render/hosts";
 import { renderTemplate } from "../components/render/templates";
-import { fakeTailnetKey, SHIPPED_STACKS, stackFile, renderHosts } from "./helpers/stacks";
+import { fakeTailnetKey, SHIPPED_STACKS, stackFile, renderHosts, renderedFile } from "./helpers/stacks";
 
 describe("template rendering", () => {
     it("fails on a placeholder without a value", () => {
@@ -29,7 +29,7 @@ describe.each(SHIPPED_STACKS)("rendered hosts of %s", (stack) => {
     it("carry the join-key placeholder exactly once, and never enable Tailscale SSH", () => {
         for (const host of hosts) {
             expect(host.cloudInit.split(TAILNET_AUTH_KEY_PLACEHOLDER)).toHaveLength(2);
-            const join = host.files.find((f) => f.path === "/usr/local/sbin/airlock-tailnet-join")!.content;
+            const join = renderedFile(host, "/usr/local/sbin/airlock-tailnet-join");
             expect(join).toMatch(/tailscale up/);
             expect(join).not.toMatch(/--ssh\b/);
         }

@@ -3,7 +3,7 @@ import * as path from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { RenderedHost, SSHD_TEMPLATE_PATH, withTailnetKey } from "../components/render/hosts";
-import { fakeTailnetKey, SHIPPED_STACKS, stackFile, tempDir, renderHosts } from "./helpers/stacks";
+import { fakeTailnetKey, SHIPPED_STACKS, stackFile, tempDir, renderHosts, renderedFile } from "./helpers/stacks";
 import { installFiles, isRoot, run, TEST_TAILNET_IPV4, toolsAvailable, withTailnetAddress } from "./helpers/tools";
 
 /** Every rendered artifact is checked by the real program that consumes it. */
@@ -16,7 +16,7 @@ const hosts: [string, RenderedHost][] = SHIPPED_STACKS.flatMap((stack) => {
     ] as [string, RenderedHost][];
 });
 
-const sshdTemplate = (host: RenderedHost) => host.files.find((f) => f.path === SSHD_TEMPLATE_PATH)!.content;
+const sshdTemplate = (host: RenderedHost) => renderedFile(host, SSHD_TEMPLATE_PATH);
 
 describe.runIf(toolsAvailable("sshd config checks", ["sshd", "ssh-keygen"]) && isRoot())("sshd -t / sshd -T", () => {
     let dir: string;

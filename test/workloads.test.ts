@@ -4,14 +4,14 @@ import * as YAML from "yaml";
 import { z } from "zod";
 import { describe, expect, it } from "vitest";
 import { ConfigError, readStackFile } from "../components/config/load";
-import { COMPOSE_TEMPLATE_PATH } from "../components/render/hosts";
+import { COMPOSE_TEMPLATE_PATH, RenderedHost } from "../components/render/hosts";
 import { planStack } from "../cli/offline";
 import { gatePlan } from "../cli/gate";
-import { editedStack, renderHosts, SHIPPED_STACKS, stackFile, tempDir } from "./helpers/stacks";
+import { editedStack, renderHosts, SHIPPED_STACKS, stackFile, tempDir, renderedFile } from "./helpers/stacks";
 import { run, toolsAvailable, isRoot } from "./helpers/tools";
 
-const composeOf = (host: { files: { path: string; content: string }[] }) => YAML.parse(host.files.find((f) => f.path === COMPOSE_TEMPLATE_PATH)!.content);
-const fileOf = (host: { files: { path: string; content: string }[] }, p: string) => host.files.find((f) => f.path === p)!.content;
+const composeOf = (host: RenderedHost) => YAML.parse(renderedFile(host, COMPOSE_TEMPLATE_PATH));
+const fileOf = renderedFile;
 
 function hostsOf(edit: (c: Record<string, any>) => void) {
     return renderHosts(readStackFile(editedStack("dev", edit)));

@@ -3,7 +3,7 @@ import * as path from "node:path";
 import { describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { SANDBOX_WRAPPER_PATH } from "../components/render/hosts";
-import { editedStack, REPO, tempDir, renderHosts } from "./helpers/stacks";
+import { editedStack, REPO, tempDir, renderHosts, renderedFile } from "./helpers/stacks";
 import { run, toolsAvailable } from "./helpers/tools";
 
 /** The ForceCommand wrapper on its own: what reaches the container, and what does not. */
@@ -12,7 +12,7 @@ function installWrapper(allowlist: string[]) {
     const cfg = readStackFile(editedStack("dev", (c) => (c["airlock:agent"].envAllowlist = allowlist)));
     const dir = tempDir("wrapper");
     const wrapper = path.join(dir, "sandbox-shell");
-    fs.writeFileSync(wrapper, renderHosts(cfg).sandbox.files.find((f) => f.path === SANDBOX_WRAPPER_PATH)!.content, { mode: 0o755 });
+    fs.writeFileSync(wrapper, renderedFile(renderHosts(cfg).sandbox, SANDBOX_WRAPPER_PATH), { mode: 0o755 });
     for (const sub of ["bin", "state", "workspace"]) fs.mkdirSync(path.join(dir, sub));
     fs.writeFileSync(
         path.join(dir, "bin", "docker"),

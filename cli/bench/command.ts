@@ -12,8 +12,8 @@ import { SANDBOX_WRAPPER_PATH, SSHD_TEMPLATE_PATH } from "../../components/rende
 import { renderSandboxCompose } from "../../components/workloads/compose";
 import { importTestImage, startDockerd } from "../../test/helpers/dockerd";
 import { createTestNet, spawnInNamespace, waitForPort, inNamespace } from "../../test/helpers/netns";
-import { editedStack, renderHosts } from "../../test/helpers/stacks";
-import { installSandboxSshd, pinnedKnownHosts, renderedFile } from "../../test/helpers/sshdRig";
+import { editedStack, renderHosts, renderedFile } from "../../test/helpers/stacks";
+import { installSandboxSshd, pinnedKnownHosts } from "../../test/helpers/sshdRig";
 import { hasCommand, isRoot, run } from "../../test/helpers/tools";
 
 export interface Series {

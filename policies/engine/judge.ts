@@ -103,26 +103,16 @@ export function judgeCloudInit(text: string, ctx: JudgeContext, origin: Origin =
     }
 }
 
-/** Rendered files carried in a Stash, judged by what they are. */
+/** Rendered files carried in a Stash (a host's cloud-init document, the tailnet policy), judged by what they are. */
 function judgeArtifacts(artifacts: Record<string, string>, ctx: JudgeContext, resource: string): Finding[] {
     const findings: Finding[] = [];
-    const cloudInit = artifacts["cloud-init.yaml"];
-    let embeddedPaths = new Set<string>();
-    if (cloudInit !== undefined) {
-        const origin = { file: "cloud-init.yaml", resource };
-        try {
-            const doc = parseCloudInit(cloudInit);
-            findings.push(...judgeCloudInitDoc(doc, ctx, origin));
-            // Files the document embeds were judged with it.
-            embeddedPaths = new Set(doc.files.map((f) => f.path.replace(/^\//, "")));
-        } catch (err) {
-            if (!(err instanceof CloudInitParseError)) throw err;
-            findings.push(...unparsable("cloud-init", err.message, origin));
-        }
-    }
     for (const [relative, content] of Object.entries(artifacts)) {
-        if (relative === "cloud-init.yaml" || embeddedPaths.has(relative)) continue;
         const origin = { file: relative, resource };
+        if (relative === "cloud-init.yaml") {
+            // Judged with every file it embeds.
+            findings.push(...judgeCloudInit(content, ctx, origin));
+            continue;
+        }
         if (relative.endsWith(".hujson")) {
             try {
                 findings.push(...stamp(tailnetAclNoWildcards, wildcardProblems(parseHujson(content)), origin));

@@ -1,14 +1,8 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { GATEWAY_KNOWN_HOSTS_PATH, RenderedHost, SANDBOX_WRAPPER_PATH, SSHD_TEMPLATE_PATH, withSandboxHostKey } from "../../components/render/hosts";
+import { renderedFile } from "./stacks";
 import { installFiles, run } from "./tools";
-
-/** The content of one rendered file of a host. */
-export function renderedFile(host: RenderedHost, hostPath: string): string {
-    const found = host.files.find((f) => f.path === hostPath);
-    if (!found) throw new Error(`${host.hostname} renders no ${hostPath}`);
-    return found.content;
-}
 
 /** A new ed25519 key at `file`; returns its public half as "ssh-ed25519 AAAA...". */
 export function newHostKey(file: string): string {

@@ -87,3 +87,10 @@ export function renderHosts(cfg: StackConfig): { gateway: RenderedHost; sandbox:
     };
     return { gateway: renderGateway(cfg, resolved), sandbox: renderSandbox(cfg, resolved) };
 }
+
+/** The content of one rendered file of a host. */
+export function renderedFile(host: RenderedHost, hostPath: string): string {
+    const found = host.files.find((f) => f.path === hostPath);
+    if (!found) throw new Error(`${host.hostname} renders no ${hostPath}`);
+    return found.content;
+}

@@ -1,12 +1,12 @@
 import { describe, expect, it } from "vitest";
 import { readStackFile } from "../../components/config/load";
 import { SSHD_TEMPLATE_PATH } from "../../components/render/hosts";
-import { stackFile, renderHosts } from "../helpers/stacks";
+import { stackFile, renderHosts, renderedFile } from "../helpers/stacks";
 import { ruleIds, sshd } from "./helpers";
 
 const cfg = readStackFile(stackFile("dev"));
-const sandboxConfig = renderHosts(cfg).sandbox.files.find((f) => f.path === SSHD_TEMPLATE_PATH)!.content;
-const gatewayConfig = renderHosts(cfg).gateway.files.find((f) => f.path === SSHD_TEMPLATE_PATH)!.content;
+const sandboxConfig = renderedFile(renderHosts(cfg).sandbox, SSHD_TEMPLATE_PATH);
+const gatewayConfig = renderedFile(renderHosts(cfg).gateway, SSHD_TEMPLATE_PATH);
 
 /** Insert lines at the top (they win: first value) or before the Match block. */
 const atTop = (line: string, text = sandboxConfig) => `${line}\n${text}`;
