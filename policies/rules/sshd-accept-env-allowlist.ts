@@ -1,4 +1,4 @@
-import { ENV_NAME, FORBIDDEN_ENV } from "../../components/config/schema";
+import { ENV_NAME, FORBIDDEN_ENV } from "../contract";
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
 import { allValues } from "../engine/sshd";
