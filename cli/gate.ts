@@ -1,26 +1,21 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import * as YAML from "yaml";
-import { ConfigError } from "../components/config/load";
-import type { StackConfig } from "../components/config/schema";
-import { DEFAULT_CONTEXT, JudgeContext } from "../policies/engine/context";
+import { ConfigError } from "../policies/contract";
 import type { Finding } from "../policies/engine/finding";
 import { ArtifactKind, judgeCloudInit, judgeCompose, judgeResources, judgeSshd } from "../policies/engine/judge";
 import type { PlannedResourceLike } from "../policies/engine/resource";
+import { enforce, loadPolicy, Policy } from "../policies/policy";
 import { planStack, StackPlan, stackFilePath } from "./offline";
 
-/** The judge context of a stack: its agent user, env allowlist and retention. */
-export function contextOfStack(config: StackConfig): JudgeContext {
-    return { agentUser: config.agent.user, envAllowlist: config.agent.envAllowlist, retentionDays: config.backup.retentionDays };
+/** A plan judged against the one policy (the stack's own values are what is judged, never the yardstick). */
+export function gatePlan(plan: StackPlan, policy: Policy = loadPolicy()): Finding[] {
+    return enforce(judgeResources(plan.resources, policy.context), policy);
 }
 
-export function gatePlan(plan: StackPlan): Finding[] {
-    return judgeResources(plan.resources, contextOfStack(plan.config));
-}
-
-export async function gateStack(stacksDir: string, stack: string): Promise<{ stack: string; findings: Finding[] }> {
+export async function gateStack(stacksDir: string, stack: string, policy: Policy = loadPolicy()): Promise<{ stack: string; findings: Finding[] }> {
     const plan = await planStack(stackFilePath(stacksDir, stack), stack);
-    return { stack, findings: gatePlan(plan) };
+    return { stack, findings: gatePlan(plan, policy) };
 }
 
 /** Resources from `pulumi preview --json` (steps[].newState) or `pulumi stack export` (deployment.resources). */
@@ -67,7 +62,11 @@ export function detectKind(file: string, text: string): CheckKind | undefined {
     return undefined;
 }
 
-export function checkFile(file: string, kind: CheckKind | undefined, ctx: JudgeContext = DEFAULT_CONTEXT): Finding[] {
+export function checkFile(file: string, kind: CheckKind | undefined, policy: Policy = loadPolicy()): Finding[] {
+    return enforce(judgeFile(file, kind, policy.context), policy);
+}
+
+function judgeFile(file: string, kind: CheckKind | undefined, ctx: Policy["context"]): Finding[] {
     let text: string;
     try {
         text = fs.readFileSync(file, "utf8");

@@ -1,13 +1,13 @@
 #!/usr/bin/env node
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
-import { ConfigError, readStackFile } from "../components/config/load";
-import { DEFAULT_CONTEXT, JudgeContext } from "../policies/engine/context";
+import { Command, CommanderError, Option } from "commander";
+import { ConfigError } from "../policies/contract";
 import type { Finding } from "../policies/engine/finding";
 import { formatFinding } from "../policies/engine/format";
 import { judgeResources } from "../policies/engine/judge";
-import { checkFile, CheckKind, contextOfStack, gatePlan, gateStack, resourcesOfPreview } from "./gate";
+import { enforce, failing, loadPolicy, POLICY_FILE } from "../policies/policy";
+import { checkFile, CheckKind, gatePlan, gateStack, resourcesOfPreview } from "./gate";
 import { listStacks, planStack, stackFilePath } from "./offline";
 import { evaluateChecklist, formatChecklist } from "./checklist";
 import { runDoctor } from "./doctor";
@@ -22,35 +22,22 @@ const program = new Command()
     .name("airlock")
     .description("Plan, check and gate airlock stacks offline")
     .option("--stacks-dir <dir>", "folder holding Pulumi.<stack>.yaml files", "stacks")
+    .option("--policy <file>", "the policy: levels and what rules compare against", POLICY_FILE)
     .exitOverride()
     .configureOutput({ writeErr: (text) => process.stderr.write(text) });
 
 const stacksDir = () => program.opts<{ stacksDir: string }>().stacksDir;
+const policy = () => loadPolicy(program.opts<{ policy: string }>().policy);
 
-/** Options that describe the deployment when no stack file says it (check, gate --preview). */
-function withContextOptions(command: Command): Command {
-    return command
-        .option("--agent-user <user>", "the sandbox agent user", DEFAULT_CONTEXT.agentUser)
-        .option("--env-allowlist <names>", "comma-separated variables sshd may accept", DEFAULT_CONTEXT.envAllowlist.join(","))
-        .option("--retention-days <days>", "days B2 must keep hidden versions", (v) => {
-            const n = Number(v);
-            if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError("expected a whole number of days");
-            return n;
-        }, DEFAULT_CONTEXT.retentionDays);
-}
-
-function contextOf(opts: { agentUser: string; envAllowlist: string; retentionDays: number }): JudgeContext {
-    return { agentUser: opts.agentUser, envAllowlist: opts.envAllowlist.split(",").map((s) => s.trim()).filter(Boolean), retentionDays: opts.retentionDays };
-}
-
-/** Prints findings for humans or machines; returns the exit code. */
+/** Prints findings for humans or machines; returns the exit code (advisory findings do not fail). */
 function report(findings: Finding[], json: boolean | undefined, extra: Record<string, unknown> = {}): number {
-    if (json) process.stdout.write(`${JSON.stringify({ ...extra, violations: findings.length, findings }, null, 2)}\n`);
+    const violations = failing(findings).length;
+    if (json) process.stdout.write(`${JSON.stringify({ ...extra, violations, findings }, null, 2)}\n`);
     else if (findings.length > 0) {
         for (const f of findings) process.stdout.write(`${formatFinding(f)}\n`);
-        process.stdout.write(`${findings.length} violation${findings.length === 1 ? "" : "s"}\n`);
+        process.stdout.write(`${violations} violation${violations === 1 ? "" : "s"}${findings.length > violations ? `, ${findings.length - violations} advisory` : ""}\n`);
     }
-    return findings.length > 0 ? EXIT.violations : EXIT.clean;
+    return violations > 0 ? EXIT.violations : EXIT.clean;
 }
 
 let exitCode: number = EXIT.clean;
@@ -63,10 +50,11 @@ program
     .option("--json", "print the summary and findings as JSON")
     .action(async (opts: { stack: string; out?: string; json?: boolean }) => {
         const outDir = opts.out ?? path.join("out", opts.stack);
+        const rules = policy();
         const plan = await planStack(stackFilePath(stacksDir(), opts.stack), opts.stack);
         const files = writePlan(plan, outDir);
         const summary = summarize(plan);
-        const findings = gatePlan(plan);
+        const findings = gatePlan(plan, rules);
         if (opts.json) {
             exitCode = report(findings, true, { ...summary, outDir, files });
             return;
@@ -76,43 +64,44 @@ program
         exitCode = report(findings, false);
     });
 
-withContextOptions(
-    program
-        .command("check")
-        .description("lint artifacts (compose, sshd config, cloud-init, preview JSON) with the policy rules")
-        .argument("<files...>", "files to check")
-        .addOption(new Option("--kind <kind>", "what the files are (detected when omitted)").choices(["compose", "sshd", "cloud-init", "preview"]))
-        .option("--json", "machine-readable output"),
-).action((files: string[], opts: { kind?: CheckKind; json?: boolean; agentUser: string; envAllowlist: string; retentionDays: number }) => {
-    const ctx = contextOf(opts);
-    exitCode = report(files.flatMap((file) => checkFile(file, opts.kind, ctx)), opts.json, { files });
-});
+program
+    .command("check")
+    .description("lint artifacts (compose, sshd config, cloud-init, preview JSON) with the policy rules")
+    .argument("<files...>", "files to check")
+    .addOption(new Option("--kind <kind>", "what the files are (detected when omitted)").choices(["compose", "sshd", "cloud-init", "preview"]))
+    .option("--json", "machine-readable output")
+    .action((files: string[], opts: { kind?: CheckKind; json?: boolean }) => {
+        const rules = policy();
+        exitCode = report(files.flatMap((file) => checkFile(file, opts.kind, rules)), opts.json, { files });
+    });
 
-withContextOptions(
-    program
-        .command("gate")
-        .description("the policy gate: a stack's offline plan, every stack, or a real `pulumi preview --json`")
-        .option("--stack <name>", "gate one stack's offline plan (with --preview: take the agent user, env allowlist and retention from it)")
-        .option("--all", "gate every stack in the stacks folder")
-        .option("--preview <file>", "gate the output of `pulumi preview --json` or `pulumi stack export`")
-        .option("--json", "machine-readable output"),
-).action(async (opts: { stack?: string; all?: boolean; preview?: string; json?: boolean; agentUser: string; envAllowlist: string; retentionDays: number }) => {
+program
+    .command("gate")
+    .description("the policy gate: a stack's offline plan, every stack, or a real `pulumi preview --json`")
+    .option("--stack <name>", "gate one stack's offline plan (with --preview: only names the stack)")
+    .option("--all", "gate every stack in the stacks folder")
+    .option("--preview <file>", "gate the output of `pulumi preview --json` or `pulumi stack export`")
+    .option("--json", "machine-readable output")
+    .action(async (opts: { stack?: string; all?: boolean; preview?: string; json?: boolean }) => {
     const chosen = [opts.stack !== undefined && !opts.preview, opts.all === true, opts.preview !== undefined].filter(Boolean).length;
     if (chosen !== 1) throw new ConfigError(["airlock gate: pass exactly one of --stack, --all, --preview"]);
+    const rules = policy();
     if (opts.preview) {
         const resources = resourcesOfPreview(opts.preview, readText(opts.preview));
-        const ctx = opts.stack ? contextOfStack(readStackFile(stackFilePath(stacksDir(), opts.stack))) : contextOf(opts);
-        exitCode = report(judgeResources(resources, ctx), opts.json, { preview: opts.preview, resources: resources.length });
+        exitCode = report(enforce(judgeResources(resources, rules.context), rules), opts.json, { preview: opts.preview, resources: resources.length });
         return;
     }
     const stacks = opts.all ? listStacks(stacksDir()) : [opts.stack!];
     const results = [];
-    for (const stack of stacks) results.push(await step(`gating ${stack}`, () => gateStack(stacksDir(), stack)));
+    for (const stack of stacks) results.push(await step(`gating ${stack}`, () => gateStack(stacksDir(), stack, rules)));
     const findings = results.flatMap((r) => r.findings.map((f) => ({ ...f, stack: r.stack })));
     if (!opts.json) {
-        for (const r of results) process.stdout.write(`${r.stack}: ${r.findings.length === 0 ? status("pass", "clean") : status("fail", `${r.findings.length} violation(s)`)}\n`);
+        for (const r of results) {
+            const violations = failing(r.findings).length;
+            process.stdout.write(`${r.stack}: ${violations === 0 ? status("pass", "clean") : status("fail", `${violations} violation(s)`)}\n`);
+        }
     }
-    exitCode = report(findings, opts.json, { stacks: results.map((r) => ({ stack: r.stack, violations: r.findings.length })) });
+    exitCode = report(findings, opts.json, { stacks: results.map((r) => ({ stack: r.stack, violations: failing(r.findings).length })) });
 });
 
 program
@@ -149,7 +138,7 @@ program
     .option("--markdown", "a Markdown checklist to paste into a ticket")
     .action(async (opts: { stack: string; json?: boolean; markdown?: boolean }) => {
         const plan = await step(`planning ${opts.stack}`, () => planStack(stackFilePath(stacksDir(), opts.stack), opts.stack));
-        const items = evaluateChecklist(plan, gatePlan(plan));
+        const items = evaluateChecklist(plan, gatePlan(plan, policy()));
         const failed = items.filter((i) => i.status === "fail").length;
         if (opts.json) process.stdout.write(`${JSON.stringify({ stack: opts.stack, failed, items }, null, 2)}\n`);
         else {
