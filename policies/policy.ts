@@ -1,9 +1,8 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { z } from "zod";
 import { ConfigError, ENV_NAME, FORBIDDEN_ENV } from "./contract";
 import type { JudgeContext } from "./engine/context";
-import { describeIssue, keyPath } from "./engine/describeIssue";
+import { found } from "./engine/describeIssue";
 import type { Finding, RuleInfo } from "./engine/finding";
 import { PARSE_RULES } from "./engine/judge";
 import { RULES } from "./rules";
@@ -34,35 +33,58 @@ export const POLICY_FILE = [path.join(__dirname, "config.json"), path.join(__dir
     fs.existsSync(f),
 ) ?? path.join(__dirname, "config.json");
 
-const level = z.enum(["mandatory", "advisory", "disabled"]);
+const LEVELS: EnforcementLevel[] = ["mandatory", "advisory", "disabled"];
 
-/** What each compared value may be; the same checks as the stack schema's. */
-const CONTEXT_FIELDS = {
-    agentUser: z.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/, "expected a user name"),
-    envAllowlist: z
-        .array(
-            z
-                .string()
-                .regex(ENV_NAME, "expected an exact variable name in upper case (no wildcards)")
-                .refine((name) => !FORBIDDEN_ENV.test(name), { message: "this variable changes how programs run and may never be passed through" }),
-        )
-        .min(1),
-    retentionDays: z.number().int().min(1),
-} satisfies Record<keyof JudgeContext, z.ZodType>;
+/**
+ * What each compared value may be; the same checks as the stack schema's. (Checked
+ * by hand rather than with zod: loading zod costs as much as starting Node, and
+ * `airlock check` reads this file on every run.)
+ */
+const CONTEXT_FIELDS: Record<keyof JudgeContext, (value: unknown, at: string) => string[]> = {
+    agentUser: (value, at) => (typeof value === "string" && /^[a-z_][a-z0-9_-]{0,31}$/.test(value) ? [] : [`${at}: expected a user name, got ${found(value)}`]),
+    envAllowlist: (value, at) => {
+        if (!Array.isArray(value) || value.length === 0) return [`${at}: expected a list of at least 1 variable name, got ${found(value)}`];
+        return value.flatMap((name, i) =>
+            typeof name !== "string" || !ENV_NAME.test(name)
+                ? [`${at}[${i}]: expected an exact variable name in upper case (no wildcards), got ${found(name)}`]
+                : FORBIDDEN_ENV.test(name)
+                  ? [`${at}[${i}]: this variable changes how programs run and may never be passed through`]
+                  : [],
+        );
+    },
+    retentionDays: (value, at) =>
+        typeof value !== "number" ? [`${at}: expected a number, got ${found(value)}`] : Number.isInteger(value) && value >= 1 ? [] : [`${at}: expected a whole number of at least 1, got ${found(value)}`],
+};
 
-/** A policy's entry: a level, or an object with a level and the values its rule compares against. */
-function entrySchema(rule: RuleInfo) {
-    const fields = Object.fromEntries((rule.compares ?? []).map((key) => [key, CONTEXT_FIELDS[key].optional()]));
-    return z.preprocess(
-        (value) => (typeof value === "string" ? { enforcementLevel: value } : value),
-        z.strictObject({ enforcementLevel: level.optional(), ...fields }),
-    );
+const levelProblems = (value: unknown, at: string) =>
+    typeof value === "string" && (LEVELS as string[]).includes(value) ? [] : [`${at}: expected one of ${LEVELS.join(", ")}, got ${found(value)}`];
+
+/** Problems with the file's shape, one line each (keyed like `policy.retentionDays`). */
+function shapeProblems(raw: unknown): string[] {
+    if (raw === null || typeof raw !== "object" || Array.isArray(raw)) return [`(top level): expected a mapping of policy names, got ${found(raw)}`];
+    const problems: string[] = [];
+    for (const [name, value] of Object.entries(raw)) {
+        if (name === "all") {
+            problems.push(...levelProblems(value, "all"));
+            continue;
+        }
+        const rule = ALL_RULES.find((r) => r.id === name);
+        if (!rule) {
+            problems.push(`${name}: no such policy in the airlock pack`);
+        } else if (typeof value === "string") {
+            problems.push(...levelProblems(value, name));
+        } else if (value === null || typeof value !== "object" || Array.isArray(value)) {
+            problems.push(`${name}: expected an enforcement level or a mapping, got ${found(value)}`);
+        } else {
+            for (const [key, v] of Object.entries(value)) {
+                if (key === "enforcementLevel") problems.push(...levelProblems(v, `${name}.${key}`));
+                else if (rule.compares?.includes(key as keyof JudgeContext)) problems.push(...CONTEXT_FIELDS[key as keyof JudgeContext](v, `${name}.${key}`));
+                else problems.push(`${name}: unknown key ${key}${rule.compares ? ` (it takes enforcementLevel, ${rule.compares.join(", ")})` : " (it takes only enforcementLevel)"}`);
+            }
+        }
+    }
+    return problems;
 }
-
-const policySchema = z.strictObject({
-    all: level.optional(),
-    ...Object.fromEntries(ALL_RULES.map((rule) => [rule.id, entrySchema(rule).optional()])),
-});
 
 type Entry = { enforcementLevel?: EnforcementLevel } & Partial<JudgeContext>;
 
@@ -84,17 +106,11 @@ export function loadPolicy(file: string = POLICY_FILE): Policy {
     } catch (err) {
         throw new ConfigError([`${file}: not JSON: ${(err as Error).message}`]);
     }
-    const result = policySchema.safeParse(raw, { reportInput: true });
-    if (!result.success) {
-        throw new ConfigError(
-            result.error.issues.map((issue) =>
-                issue.code === "unrecognized_keys" && issue.path.length === 0
-                    ? `${file}: ${issue.keys.join(", ")}: no such policy in the airlock pack`
-                    : `${file}: ${keyPath(issue.path) || "(top level)"}: ${describeIssue(issue)}`,
-            ),
-        );
-    }
-    const entries = result.data as Record<string, Entry | undefined> & { all?: EnforcementLevel };
+    const problems = shapeProblems(raw);
+    if (problems.length > 0) throw new ConfigError(problems.map((p) => `${file}: ${p}`));
+    const entries = Object.fromEntries(
+        Object.entries(raw as Record<string, unknown>).map(([k, v]) => [k, typeof v === "string" && k !== "all" ? { enforcementLevel: v } : v]),
+    ) as Record<string, Entry | undefined> & { all?: EnforcementLevel };
     const levelOf = (ruleId: string): EnforcementLevel => entries[ruleId]?.enforcementLevel ?? entries.all ?? "mandatory";
     const policy: Policy = { file, context: contextOf(file, entries, levelOf), levelOf };
     loaded.set(file, policy);

@@ -1,14 +1,9 @@
-import { spawnSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
+import { airlock } from "./helpers/cli";
 import { editedStack, REPO, SHIPPED_STACKS, stackFile, tempDir } from "./helpers/stacks";
 
-/** The CLI as a user runs it. */
-function airlock(args: string[]) {
-    const result = spawnSync(process.execPath, ["--import", "tsx", path.join(REPO, "cli/main.ts"), ...args], { encoding: "utf8", cwd: REPO });
-    return { status: result.status, stdout: result.stdout, stderr: result.stderr };
-}
 
 const publicSsh = { protocol: "tcp", port: "22", sourceIps: ["0.0.0.0/0"], description: "just this once" };
 

@@ -58,10 +58,3 @@ export function found(value: unknown): string {
             return typeof value;
     }
 }
-
-/** `["gateway", "adminSshKeys", 0]` -> `gateway.adminSshKeys[0]`. */
-export function keyPath(path: readonly PropertyKey[]): string {
-    let out = "";
-    for (const part of path) out += typeof part === "number" ? `[${part}]` : out === "" ? String(part) : `.${String(part)}`;
-    return out;
-}

@@ -8,9 +8,12 @@ export interface CliResult {
     stderr: string;
 }
 
+/** The package's bin (what `npx airlock` and `npm run airlock` run). */
+export const AIRLOCK_BIN = path.join(REPO, "cli", "airlock.js");
+
 /** The CLI as a user runs it, in its own process. */
 export function airlock(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string; input?: string; timeout?: number } = {}): CliResult {
-    const result = spawnSync(process.execPath, ["--import", "tsx", path.join(REPO, "cli/main.ts"), ...args], {
+    const result = spawnSync(process.execPath, [AIRLOCK_BIN, ...args], {
         encoding: "utf8",
         cwd: options.cwd ?? REPO,
         env: options.env ?? process.env,
