@@ -8,13 +8,16 @@ export function policyOf(cli: Cli): Policy {
     return cli.policyFile === undefined ? loadPolicy() : loadPolicy(cli.policyFile);
 }
 
-/** Prints findings for humans or machines; returns the exit code (advisory findings do not fail). */
-export function report(findings: Finding[], json: boolean | undefined, extra: Record<string, unknown> = {}): number {
+/**
+ * Prints findings for humans or machines; returns the exit code (advisory findings
+ * do not fail). `clean`: the line a person gets when there is nothing to report.
+ */
+export function report(findings: Finding[], json: boolean | undefined, extra: Record<string, unknown> = {}, clean?: string): number {
     const violations = failing(findings).length;
     if (json) process.stdout.write(`${JSON.stringify({ ...extra, violations, findings }, null, 2)}\n`);
     else if (findings.length > 0) {
         for (const f of findings) process.stdout.write(`${formatFinding(f)}\n`);
         process.stdout.write(`${violations} violation${violations === 1 ? "" : "s"}${findings.length > violations ? `, ${findings.length - violations} advisory` : ""}\n`);
-    }
+    } else if (clean) process.stdout.write(`${clean}\n`);
     return violations > 0 ? EXIT.violations : EXIT.clean;
 }

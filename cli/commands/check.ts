@@ -1,6 +1,8 @@
 import { Command, Option } from "commander";
+import { ConfigError } from "../../policies/contract";
+import type { Finding } from "../../policies/engine/finding";
 import { checkFile, CheckKind } from "../check";
-import type { Cli } from "../command";
+import { Cli, EXIT } from "../command";
 import { policyOf, report } from "../report";
 
 export function define(command: Command, cli: Cli) {
@@ -10,6 +12,23 @@ export function define(command: Command, cli: Cli) {
         .option("--json", "machine-readable output");
     return (files: string[], opts: { kind?: CheckKind; json?: boolean }) => {
         const policy = policyOf(cli);
-        return report(files.flatMap((file) => checkFile(file, opts.kind, policy)), opts.json, { files });
+        const findings: Finding[] = [];
+        const errors: string[] = [];
+        let internal = false;
+        // One bad file never hides the findings for the others.
+        for (const file of files) {
+            try {
+                findings.push(...checkFile(file, opts.kind, policy));
+            } catch (err) {
+                if (err instanceof ConfigError) errors.push(...err.problems);
+                else {
+                    internal = true;
+                    errors.push(`${file}: internal error: ${err instanceof Error ? err.message : String(err)}`);
+                }
+            }
+        }
+        const code = report(findings, opts.json, { files, ...(errors.length > 0 ? { errors } : {}) }, errors.length === 0 ? "clean" : undefined);
+        for (const line of errors) process.stderr.write(`${line}\n`);
+        return internal ? EXIT.internal : errors.length > 0 ? EXIT.badInput : code;
     };
 }

@@ -2,8 +2,8 @@ import type { Command } from "commander";
 import { ConfigError } from "../../policies/contract";
 import { judgeResources } from "../../policies/engine/judge";
 import { enforce, failing } from "../../policies/policy";
-import { resourcesOfPreview } from "../check";
-import { Cli, readText } from "../command";
+import { locateInPreview, readInput, resourcesOfPreview } from "../check";
+import type { Cli } from "../command";
 import { policyOf, report } from "../report";
 import { status, step } from "../style";
 
@@ -18,8 +18,11 @@ export function define(command: Command, cli: Cli) {
         if (chosen !== 1) throw new ConfigError(["airlock gate: pass exactly one of --stack, --all, --preview"]);
         const policy = policyOf(cli);
         if (opts.preview) {
-            const resources = resourcesOfPreview(opts.preview, readText(opts.preview));
-            return report(enforce(judgeResources(resources, policy.context), policy), opts.json, { preview: opts.preview, resources: resources.length });
+            const text = readInput(opts.preview, "preview");
+            const resources = resourcesOfPreview(opts.preview, text);
+            if (resources.length === 0) throw new ConfigError([`${opts.preview}: holds no resources to gate`]);
+            const findings = locateInPreview(enforce(judgeResources(resources, policy.context), policy), opts.preview, text);
+            return report(findings, opts.json, { preview: opts.preview, resources: resources.length }, "clean");
         }
         // Only the stack modes plan, and so load Pulumi.
         const { gateStack } = await import("../gate");

@@ -16,6 +16,10 @@ export interface EmbeddedFile {
     path: string;
     content: string;
     permissions?: string;
+    /** Line of the write_files entry. */
+    line?: number;
+    /** Line of the content's first line, when the content is a literal block (`|`) stored as is. */
+    contentLine?: number;
 }
 
 export class CloudInitParseError extends Error {}
@@ -39,12 +43,20 @@ export function parseCloudInit(text: string): CloudInitDoc {
             if (key?.range) lines[String(key.value)] = lineCounter.linePos(key.range[0]).line;
         }
     }
-    const files = (Array.isArray(data.write_files) ? data.write_files : []).map((entry: any, index: number) => ({
-        index,
-        path: String(entry?.path ?? ""),
-        content: decode(entry?.content, entry?.encoding),
-        permissions: entry?.permissions === undefined ? undefined : String(entry.permissions),
-    }));
+    const files = (Array.isArray(data.write_files) ? data.write_files : []).map((entry: any, index: number): EmbeddedFile => {
+        const node = doc.getIn(["write_files", index], true) as YAML.Node | undefined;
+        const content = YAML.isMap(node) ? (node.get("content", true) as YAML.Node | undefined) : undefined;
+        const plain = entry?.encoding === undefined || /^(text\/plain)?$/i.test(String(entry.encoding));
+        return {
+            index,
+            path: String(entry?.path ?? ""),
+            content: decode(entry?.content, entry?.encoding),
+            permissions: entry?.permissions === undefined ? undefined : String(entry.permissions),
+            line: node?.range ? lineCounter.linePos(node.range[0]).line : undefined,
+            contentLine:
+                plain && YAML.isScalar(content) && content.type === "BLOCK_LITERAL" && content.range ? lineCounter.linePos(content.range[0]).line + 1 : undefined,
+        };
+    });
     return { text, data, files, lines };
 }
 

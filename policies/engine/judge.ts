@@ -23,6 +23,20 @@ interface Origin {
     resource?: string;
 }
 
+/**
+ * Findings about a file embedded in another: `line` becomes the line in the outer
+ * document (exact for a literal block, else the entry's line), and the inner file
+ * and line go to `within`.
+ */
+function nested(findings: Finding[], outer: Origin, inner: { path: string; line?: number; contentLine?: number }): Finding[] {
+    return findings.map((f) => ({
+        ...f,
+        ...outer,
+        line: f.line !== undefined && inner.contentLine !== undefined ? inner.contentLine + f.line - 1 : inner.line,
+        within: [{ file: inner.path, ...(f.line !== undefined ? { line: f.line } : {}) }, ...(f.within ?? [])],
+    }));
+}
+
 const rulesOf = <K extends Rule["kind"]>(kind: K) => RULES.filter((r): r is Extract<Rule, { kind: K }> => r.kind === kind);
 
 function stamp(rule: Pick<Rule, "id" | "remediation">, problems: Problem[], origin: Origin): Finding[] {
@@ -35,7 +49,14 @@ export const PARSE_RULES: RuleInfo[] = [
     { id: "compose-parses", description: "A compose file must parse and every `extends` must resolve before its services are judged.", remediation: "Fix the YAML and make every `extends` resolvable." },
     { id: "cloud-init-parses", description: "user_data must be #cloud-config (or a script) that parses; MIME, Jinja or compressed user_data cannot be judged.", remediation: "Render plain #cloud-config." },
 ];
+/** The preview itself (`airlock check preview.json`); not a pack policy: CrossGuard hands the pack resources, not a file. */
+export const PREVIEW_PARSES: RuleInfo = {
+    id: "preview-parses",
+    description: "A preview (`pulumi preview --json`, `pulumi stack export`) must hold resources to judge.",
+    remediation: "Pass the complete output of `pulumi preview --json` or `pulumi stack export`.",
+};
 const parseRule = (kind: ArtifactKind) => PARSE_RULES.find((r) => r.id === `${kind}-parses`)!;
+export const parseRuleOf = (kind: ArtifactKind | "preview"): RuleInfo => (kind === "preview" ? PREVIEW_PARSES : parseRule(kind));
 
 function unparsable(kind: ArtifactKind, message: string, origin: Origin): Finding[] {
     return stamp(parseRule(kind), [{ message: `unverifiable: ${message}`, unverifiable: true }], origin);
@@ -86,10 +107,8 @@ export function judgeCloudInitDoc(doc: CloudInitDoc, ctx: JudgeContext, origin: 
     for (const file of doc.files) {
         const embedded = embeddedKind(file.path);
         if (!embedded) continue;
-        const inner = { ...origin, file: `${origin.file ?? "user_data"} > ${file.path}` };
-        findings.push(
-            ...(embedded.kind === "sshd" ? judgeSshd(file.content, ctx, inner, embedded.fragment) : judgeCompose(file.content, ctx, inner)),
-        );
+        const inner = embedded.kind === "sshd" ? judgeSshd(file.content, ctx, {}, embedded.fragment) : judgeCompose(file.content, ctx, {});
+        findings.push(...nested(inner, origin, file));
     }
     return findings;
 }
