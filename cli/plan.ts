@@ -41,6 +41,8 @@ export function locateInPlan(findings: Finding[], plan: StackPlan, outDir: strin
     const lines = resourceLines(previewText(plan));
     return findings.map((f) => {
         const urn = f.resource ?? (f.where?.startsWith("urn:") ? f.where : undefined);
+        // A finding on a real file already (the stack file) stays where it is.
+        if (!urn && f.file) return f;
         const folder = urn ? folders.get(urn) : undefined;
         if (folder && f.file) {
             const deepest = f.within?.[f.within.length - 1];

@@ -27,8 +27,13 @@ if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
 	done
 	if ((${#missing[@]} > 0)); then
 		echo "test/run.sh: installing ${missing[*]}"
+		# shellcheck source=test/apt-lock.sh
+		source test/apt-lock.sh
+		wait_for_apt_locks 600
 		apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+		wait_for_apt_locks 600
+		# The lock can be taken again between the wait and apt-get: apt-get waits for it too.
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=600 "${missing[@]}" >/dev/null
 	fi
 fi
 

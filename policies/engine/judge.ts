@@ -9,6 +9,7 @@ import { Finding, isHidden, Problem, RuleInfo } from "./finding";
 import { PlannedResourceLike, TYPES } from "./resource";
 import type { Rule } from "./rule";
 import { parseSshd } from "./sshd";
+import { parseStackFile } from "./stackFile";
 
 /**
  * The one place artifacts meet rules. Every front end (the CrossGuard pack,
@@ -169,6 +170,12 @@ export function judgeResource(resource: PlannedResourceLike, ctx: JudgeContext):
         findings.push(...rulesOf("container").flatMap((rule) => stamp(rule, rule.check(container, ctx), origin)));
     }
     return findings;
+}
+
+/** A stack file's own problems (credentials in clear); the stack's resources are judged by judgeResources. */
+export function judgeStackFile(text: string, ctx: JudgeContext, origin: Origin = {}): Finding[] {
+    const doc = parseStackFile(text);
+    return doc ? rulesOf("stack-file").flatMap((rule) => stamp(rule, rule.check(doc, ctx), origin)) : [];
 }
 
 /** Everything: each resource, then the rules that need the whole stack. */

@@ -31,6 +31,7 @@ import { sshdNoRootLogin } from "./sshd-no-root-login";
 import { sshdNoTunnel } from "./sshd-no-tunnel";
 import { sshdNoUserEnvironment } from "./sshd-no-user-environment";
 import { sshdNoX11Forwarding } from "./sshd-no-x11-forwarding";
+import { stackSecretsEncrypted } from "./stack-secrets-encrypted";
 import { tailnetAclNoWildcards } from "./tailnet-acl-no-wildcards";
 import { tailscaleKeysSingleUse } from "./tailscale-keys-single-use";
 
@@ -68,6 +69,7 @@ export const RULES: Rule[] = [
     sshdNoTunnel,
     sshdNoUserEnvironment,
     sshdNoX11Forwarding,
+    stackSecretsEncrypted,
     tailnetAclNoWildcards,
     tailscaleKeysSingleUse,
 ];
