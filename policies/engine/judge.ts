@@ -59,9 +59,16 @@ export const PREVIEW_PARSES: RuleInfo = {
 const parseRule = (kind: ArtifactKind) => PARSE_RULES.find((r) => r.id === `${kind}-parses`)!;
 export const parseRuleOf = (kind: ArtifactKind | "preview"): RuleInfo => (kind === "preview" ? PREVIEW_PARSES : parseRule(kind));
 
-function unparsable(kind: ArtifactKind, message: string, origin: Origin): Finding[] {
-    return stamp(parseRule(kind), [{ message: `unverifiable: ${message}`, unverifiable: true }], origin);
+function unparsable(kind: ArtifactKind, message: string, origin: Origin, line?: number): Finding[] {
+    return stamp(parseRule(kind), [{ message: `unverifiable: ${message}`, unverifiable: true, ...(line ? { line } : {}), fix: FIX_UNPARSABLE[kind] }], origin);
 }
+
+/** What to do about an artifact that cannot be read at all. */
+const FIX_UNPARSABLE: Record<ArtifactKind, string> = {
+    compose: "Make it a valid compose file: fix the YAML (the line above), declare its services under `services:`.",
+    sshd: "Make it a complete sshd_config.",
+    "cloud-init": "Render plain #cloud-config (or a script) that parses, with write_files content that decodes.",
+};
 
 export function judgeSshd(text: string, ctx: JudgeContext, origin: Origin = {}, fragment = false): Finding[] {
     const config = parseSshd(text, fragment);
@@ -90,7 +97,7 @@ export function judgeCompose(text: string, ctx: JudgeContext, origin: Origin = {
     try {
         return judgeComposeFile(parseCompose(text, origin.file), ctx, origin);
     } catch (err) {
-        if (err instanceof ComposeParseError) return unparsable("compose", err.message, origin);
+        if (err instanceof ComposeParseError) return unparsable("compose", err.message, origin, err.line);
         throw err;
     }
 }
@@ -105,7 +112,17 @@ export function embeddedKind(hostPath: string): { kind: "sshd" | "compose"; frag
 
 export function judgeCloudInitDoc(doc: CloudInitDoc, ctx: JudgeContext, origin: Origin = {}): Finding[] {
     const findings = rulesOf("cloud-init").flatMap((rule) => stamp(rule, rule.check(doc, ctx), origin));
-    for (const file of doc.files) {
+    // A file whose content cannot be read hides it from every rule: fail closed.
+    for (const file of doc.files.filter((f) => f.undecodable)) {
+        findings.push(
+            ...stamp(
+                parseRule("cloud-init"),
+                [{ message: `unverifiable: write_files[${file.index}] (${file.path}) ${file.undecodable}`, line: file.line, where: `write_files[${file.index}]`, unverifiable: true, fix: FIX_UNPARSABLE["cloud-init"] }],
+                origin,
+            ),
+        );
+    }
+    for (const file of doc.files.filter((f) => !f.undecodable)) {
         const embedded = embeddedKind(file.path);
         if (!embedded) continue;
         const inner = embedded.kind === "sshd" ? judgeSshd(file.content, ctx, {}, embedded.fragment) : judgeCompose(file.content, ctx, {});
@@ -118,7 +135,7 @@ export function judgeCloudInit(text: string, ctx: JudgeContext, origin: Origin =
     try {
         return judgeCloudInitDoc(parseCloudInit(text), ctx, origin);
     } catch (err) {
-        if (err instanceof CloudInitParseError) return unparsable("cloud-init", err.message, origin);
+        if (err instanceof CloudInitParseError) return unparsable("cloud-init", err.message, origin, err.line);
         throw err;
     }
 }

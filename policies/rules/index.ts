@@ -2,6 +2,7 @@ import type { Rule } from "../engine/rule";
 import { b2BucketsRetainHiddenVersions } from "./b2-buckets-retain-hidden-versions";
 import { b2HostKeysLeastPrivilege } from "./b2-host-keys-least-privilege";
 import { cloudInitNoPasswordlessSudoForAgent } from "./cloud-init-no-passwordless-sudo-for-agent";
+import { cloudInitNoPasswords } from "./cloud-init-no-passwords";
 import { cloudInitNoPipeToShell } from "./cloud-init-no-pipe-to-shell";
 import { cloudInitNoSecrets } from "./cloud-init-no-secrets";
 import { cloudInitNoTailscaleSsh } from "./cloud-init-no-tailscale-ssh";
@@ -40,6 +41,7 @@ export const RULES: Rule[] = [
     b2BucketsRetainHiddenVersions,
     b2HostKeysLeastPrivilege,
     cloudInitNoPasswordlessSudoForAgent,
+    cloudInitNoPasswords,
     cloudInitNoPipeToShell,
     cloudInitNoSecrets,
     cloudInitNoTailscaleSsh,
