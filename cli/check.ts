@@ -53,7 +53,7 @@ export type CheckKind = ArtifactKind | "preview";
 
 /** Names `airlock plan` writes, and the usual names people give these files (`.in` = a template filled at boot). */
 const NAMES: [RegExp, CheckKind][] = [
-    [/^sshd_config([._-][\w.-]*)?$/, "sshd"],
+    [/(^|[._-])sshd_config([._-][\w.-]*)?$/, "sshd"],
     [/(^|[._-])compose([._-][\w.-]*)?\.ya?ml$/, "compose"],
     [/^(user[-_]?data|cloud[-_]?(init|config)([._-][\w.-]*)?\.(ya?ml|cfg))$/, "cloud-init"],
     [/\.json$/, "preview"],
@@ -76,10 +76,10 @@ const isSshdFragment = (file: string) => /(^|\/)sshd_config\.d\/[^/]+\.conf$/.te
 
 /** The most a file may hold before it is refused (exit 2) rather than exhausting memory; see BENCHMARKS.md. */
 export const MAX_INPUT_BYTES: Record<CheckKind, number> = {
-    compose: 8 * 2 ** 20,
-    "cloud-init": 8 * 2 ** 20,
-    sshd: 16 * 2 ** 20,
-    preview: 64 * 2 ** 20,
+    compose: 4 * 2 ** 20,
+    "cloud-init": 4 * 2 ** 20,
+    sshd: 4 * 2 ** 20,
+    preview: 32 * 2 ** 20,
 };
 
 /** A file's text, refusing what cannot be read or is too large, without a UTF-8 byte-order mark. */

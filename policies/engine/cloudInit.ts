@@ -43,7 +43,8 @@ export function parseCloudInit(text: string): CloudInitDoc {
         );
     }
     const lineCounter = new YAML.LineCounter();
-    const doc = YAML.parseDocument(text, { lineCounter, merge: true });
+    // cloud-init (PyYAML) takes the last of duplicate keys, and so does this.
+    const doc = YAML.parseDocument(text, { lineCounter, merge: true, uniqueKeys: false });
     if (doc.errors.length > 0) throw new CloudInitParseError(`cloud-config: ${doc.errors[0].message.split("\n")[0]}`, doc.errors[0].linePos?.[0].line);
     let parsed: unknown;
     try {
@@ -131,8 +132,8 @@ function collectLeaves(doc: CloudInitDoc): { path: string; value: string }[] {
     const walk = (value: unknown, at: string) => {
         if (typeof value === "string") out.push({ path: at, value });
         else if (Array.isArray(value)) {
-            // runcmd/bootcmd entries may be argv lists: judge them as the command line too.
-            if (value.every((v) => typeof v === "string") && value.length > 1) out.push({ path: at, value: value.join(" ") });
+            // A runcmd/bootcmd entry may be an argv list: judge it as the command line too.
+            if (/\]$/.test(at) && value.every((v) => typeof v === "string") && value.length > 1) out.push({ path: at, value: value.join(" ") });
             value.forEach((v, i) => walk(v, `${at}[${i}]`));
         } else if (value !== null && typeof value === "object") {
             for (const [k, v] of Object.entries(value)) walk(v, at ? `${at}.${k}` : k);

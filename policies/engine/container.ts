@@ -51,7 +51,7 @@ function unknownFieldsOf(source: Record<string, unknown>, fields: Record<string,
 /** Runs `check` only when every field it reads is known; otherwise the rule fails closed. */
 export function whenKnown(c: ContainerSpec, fields: ContainerField[], check: () => Problem[]): Problem[] {
     const unknown = fields.filter((f) => c.unknown.has(f));
-    return unknown.length > 0 ? [unverifiable(`${unknown.join(", ")} of ${c.name}`, c.name)] : check();
+    return unknown.length > 0 ? [{ ...unverifiable(`${unknown.join(", ")} of ${c.name}`, c.name), ...(c.line ? { line: c.line } : {}) }] : check();
 }
 
 export interface Mount {
