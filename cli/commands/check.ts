@@ -3,14 +3,14 @@ import { ConfigError } from "../../policies/contract";
 import type { Finding } from "../../policies/engine/finding";
 import { checkFile, CheckKind } from "../check";
 import { Cli, EXIT } from "../command";
-import { policyOf, report } from "../report";
+import { Format, formatOf, policyOf, report, withFormat } from "../report";
 
 export function define(command: Command, cli: Cli) {
     command
         .argument("<files...>", "files to check")
-        .addOption(new Option("--kind <kind>", "what the files are (detected when omitted)").choices(["compose", "sshd", "cloud-init", "preview"]))
-        .option("--json", "machine-readable output");
-    return (files: string[], opts: { kind?: CheckKind; json?: boolean }) => {
+        .addOption(new Option("--kind <kind>", "what the files are (detected when omitted)").choices(["compose", "sshd", "cloud-init", "preview"]));
+    withFormat(command);
+    return (files: string[], opts: { kind?: CheckKind; json?: boolean; format?: Format }) => {
         const policy = policyOf(cli);
         const findings: Finding[] = [];
         const errors: string[] = [];
@@ -27,7 +27,7 @@ export function define(command: Command, cli: Cli) {
                 }
             }
         }
-        const code = report(findings, opts.json, { files, ...(errors.length > 0 ? { errors } : {}) }, errors.length === 0 ? "clean" : undefined);
+        const code = report(findings, formatOf(opts), { files, ...(errors.length > 0 ? { errors } : {}) }, errors.length === 0 ? "clean" : undefined, policy);
         for (const line of errors) process.stderr.write(`${line}\n`);
         return internal ? EXIT.internal : errors.length > 0 ? EXIT.badInput : code;
     };
