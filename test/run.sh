@@ -18,6 +18,7 @@ readonly PACKAGES=(
 	nftables                      # nft --check on the rendered egress rules
 	busybox-static                # the test images' userland
 	restic postgresql             # backup and restore drill for real
+	pre-commit git                # the pre-commit hook, run by the real pre-commit
 )
 
 if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
@@ -27,7 +28,7 @@ if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
 	done
 	if ((${#missing[@]} > 0)); then
 		echo "test/run.sh: installing ${missing[*]}"
-		# shellcheck source=test/apt-lock.sh
+		# shellcheck source=test/apt-lock.sh disable=SC1091 # followed when linted with test/apt-lock.sh
 		source test/apt-lock.sh
 		wait_for_apt_locks 600
 		apt-get update -qq
