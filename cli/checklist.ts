@@ -132,9 +132,9 @@ const AUTOMATIC: AutomaticItem[] = [
         title: "DNS only through AdGuard Home (query log on); metadata service blocked for the agent",
         rules: [],
         evidence: (plan) => {
-            const nft = artifact(plan, "sandbox", "etc/airlock/egress.nft.in") ?? "";
+            const nft = artifact(plan, "sandbox", "etc/airlock/egress.nft") ?? "";
             const adguard = artifact(plan, "gateway", "etc/airlock/adguard/AdGuardHome.yaml") ?? "";
-            const ok = /th dport 53 ip daddr != @resolver4 drop/.test(nft) && /169\.254\.169\.254 drop/.test(nft) && YAML.parse(adguard || "{}")?.querylog?.enabled === true;
+            const ok = /th dport 53 ip daddr != @resolver4 drop/.test(nft) && /ip daddr 169\.254\.169\.254 counter drop/.test(nft) && YAML.parse(adguard || "{}")?.querylog?.enabled === true;
             return ok ? `egress mode ${/mode: (\w+)/.exec(nft)?.[1]}` : undefined;
         },
     },

@@ -18,6 +18,8 @@ readonly PACKAGES=(
 	nftables                      # nft --check on the rendered egress rules
 	busybox-static                # the test images' userland
 	restic postgresql             # backup and restore drill for real
+	systemd-container mmdebstrap  # the sandbox's units booted under systemd-nspawn (boot order)
+	ssh-audit                     # the rendered sshd and ssh configs offer no weak algorithm
 )
 
 if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
