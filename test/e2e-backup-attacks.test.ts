@@ -207,19 +207,31 @@ describe.runIf(canRun)("attacks on the backups", () => {
     });
 
     describe("the drill checks every archive it restores", () => {
-        it("a truncated workspace archive fails the drill", () => {
+        /**
+         * Cut where tar itself notices (inside a file's data: "Unexpected EOF", status 2),
+         * and where it does not (inside a header: GNU tar lists the entries before it
+         * and exits 0). Either way the end-of-archive marker is missing.
+         */
+        it.each([
+            ["inside a file's data", 1 + 1],
+            ["inside an entry's header", 1],
+        ] as const)("a workspace archive truncated %s fails the drill", (_, headerBlocks) => {
             const repo = rig.newRepository();
             rig.writeWorkspace(30);
             rig.backupAll(repo);
-            const full = run("tar", ["-C", rig.workspace, "-cf", "-", "."], { encoding: "latin1" }).stdout;
+            const full = path.join(rig.dir, "full.tar");
+            expect(run("tar", ["-C", rig.workspace, "-cf", full, "."]).status).toBe(0);
+            // The 16th entry: "block N: -rw-r--r-- ...".
+            const entry = run("tar", ["-tvR", "-f", full]).stdout.split("\n").filter((l) => /^block \d+: -/.test(l))[15];
+            const block = Number(/^block (\d+):/.exec(entry)![1]);
             const truncated = path.join(rig.dir, "truncated.tar");
-            fs.writeFileSync(truncated, Buffer.from(full, "latin1").subarray(0, Math.floor(full.length / 2)));
+            fs.writeFileSync(truncated, fs.readFileSync(full).subarray(0, (block + headerBlocks - 1) * 512 + 100));
             const backup = rig.script("airlock-backup", ["sandbox"], repo, { AIRLOCK_SANDBOX_EXEC: returning(rig, "truncated-tar", truncated) });
             expect(backup.status, backup.stderr).toBe(0);
 
             const drill = rig.script("airlock-restore-drill", [], repo);
             expect(drill.status).toBe(1);
-            expect(drill.stderr).toMatch(/FAILED: the latest workspace archive is damaged \(tar exit status 2/);
+            expect(drill.stderr).toMatch(/FAILED: the latest workspace archive is damaged/);
         });
 
         it("a workspace that lost more than half its files or bytes since the previous snapshot fails the drill", () => {
