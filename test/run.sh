@@ -18,6 +18,7 @@ readonly PACKAGES=(
 	nftables                      # nft --check on the rendered egress rules
 	busybox-static                # the test images' userland
 	restic postgresql             # backup and restore drill for real
+	bubblewrap jq                 # the drill's confinement; its snapshot lists
 )
 
 if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then

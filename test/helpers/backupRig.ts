@@ -36,6 +36,14 @@ export const SECRETS = {
     b2Key: ["K005", "e2eSECRETkey", "abcdefghij"].join(""),
 };
 
+/** The gateway's cloud-init creates the drill's unprivileged user; on a test machine, this does. */
+export const DRILL_USER = "airlock-drill";
+function ensureDrillUser(): void {
+    if (run("id", ["-u", DRILL_USER]).status === 0) return;
+    const added = run("useradd", ["--system", "--no-create-home", "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", DRILL_USER]);
+    expect(added.status, added.stderr).toBe(0);
+}
+
 export interface Repository {
     path: string;
     envDir: string;
@@ -53,6 +61,7 @@ export class BackupRig {
     private repositories = 0;
 
     constructor(drillTables: string[] = ["items", "audit.events"]) {
+        ensureDrillUser();
         this.dir = fs.mkdtempSync("/var/tmp/airlock-backup-e2e-");
         fs.chmodSync(this.dir, 0o755);
         this.root = path.join(this.dir, "root");
@@ -111,13 +120,6 @@ export class BackupRig {
         const n = ++this.repositories;
         const repo: Repository = { path: path.join(this.dir, `repo${n}`), envDir: path.join(this.dir, `env${n}`), stateDir: path.join(this.dir, `state${n}`) };
         this.writeEnv(repo);
-        if (!fs.existsSync(path.join(this.root, "usr/local/sbin/airlock-backup-init"))) {
-            // Before the operator init path existed: init by hand and pin the id as it would.
-            expect(this.restic(repo, ["init"]).status).toBe(0);
-            const id = JSON.parse(this.restic(repo, ["cat", "config"]).stdout).id;
-            fs.writeFileSync(path.join(repo.envDir, "sandbox.id"), `${id}\n`);
-            return repo;
-        }
         const init = this.script("airlock-backup-init", ["sandbox"], repo);
         expect(init.status, init.stderr).toBe(0);
         return repo;
