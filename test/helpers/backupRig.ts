@@ -146,6 +146,8 @@ export class BackupRig {
                 AIRLOCK_BACKUP_ENV_DIR: repo.envDir,
                 AIRLOCK_STATE_DIR: repo.stateDir,
                 AIRLOCK_SANDBOX_EXEC: this.sandboxExec,
+                // The rig's own cache: the machine's /var/cache stays untouched.
+                RESTIC_CACHE_DIR: path.join(this.dir, "cache"),
                 ...env,
             },
         });
