@@ -20,6 +20,7 @@ readonly PACKAGES=(
 	restic postgresql             # backup and restore drill for real
 	systemd-container mmdebstrap  # the sandbox's units booted under systemd-nspawn (boot order)
 	ssh-audit                     # the rendered sshd and ssh configs offer no weak algorithm
+	bubblewrap jq                 # the drill's confinement; its snapshot lists
 )
 
 if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then

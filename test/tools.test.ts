@@ -118,7 +118,7 @@ describe.runIf(toolsAvailable("cloud-init schema", ["cloud-init"]))("cloud-init 
 
 describe.runIf(toolsAvailable("shellcheck", ["shellcheck"]))("shellcheck", () => {
     const scripts = hosts.flatMap(([label, host]) =>
-        host.files.filter((f) => f.permissions === "0755").map((f) => [`${label}:${f.path}`, f.content] as const),
+        host.files.filter((f) => f.permissions === "0755" || f.path.endsWith(".sh")).map((f) => [`${label}:${f.path}`, f.content] as const),
     );
 
     it("finds the scripts", () => expect(scripts.length).toBeGreaterThanOrEqual(12));

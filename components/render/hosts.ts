@@ -248,18 +248,25 @@ export function backupTimers(cfg: StackConfig): string[] {
         .filter((t): t is string => t !== undefined);
 }
 
+/** Where the backup scripts' shared functions live (sourced, never run). */
+export const BACKUP_LIB_PATH = "/usr/local/lib/airlock/backup.sh";
+
 /**
  * Backups run from the gateway: its own data, and the sandbox's /workspace (and
  * database) pulled over the agent's ssh path, so the sandbox never holds a backup
- * key. Scripts and units are rendered from templates/backup.
+ * key. The operator initialises each repository once (airlock-backup-init) and its
+ * id is pinned; everything from the sandbox is read only inside the confinement
+ * (airlock-confined-restore, the drill's archive listing). Scripts and units are
+ * rendered from templates/backup.
  */
 function backupFiles(cfg: StackConfig): HostFile[] {
     const withDatabase = cfg.workloads.postgres.enabled;
     const shellQuoted = (value: string | undefined) => (value ? `'${value.replace(/'/g, "'\\''")}'` : '""');
     const files: HostFile[] = [
+        config(BACKUP_LIB_PATH, "backup/lib.sh", { agentUser: cfg.agent.user }),
+        script("/usr/local/sbin/airlock-backup-init", "backup/init"),
         script("/usr/local/sbin/airlock-backup", "backup/backup", {
             heartbeatUrl: shellQuoted(cfg.backup.heartbeatUrl),
-            agentUser: cfg.agent.user,
             gatewayPaths: `/etc/airlock /home/${cfg.agent.user}/.local/share/airlock`,
         }),
         script("/usr/local/sbin/airlock-restic-check", "backup/check"),
@@ -267,6 +274,7 @@ function backupFiles(cfg: StackConfig): HostFile[] {
             drillTables: cfg.backup.drillTables.join(" "),
             withDatabase: String(withDatabase),
         }),
+        script("/usr/local/sbin/airlock-confined-restore", "backup/confined-restore"),
         script("/usr/local/sbin/airlock-alert", "backup/alert", { alertWebhookUrl: shellQuoted(cfg.backup.alertWebhookUrl) }),
         config("/etc/systemd/system/airlock-alert@.service", "backup/alert@.service"),
         // The drill's scratch PostgreSQL: no cluster of its own on the gateway.
@@ -279,7 +287,7 @@ function backupFiles(cfg: StackConfig): HostFile[] {
     ];
     if (withDatabase) {
         files.push(
-            script("/usr/local/sbin/airlock-db-dump", "backup/db-dump", { agentUser: cfg.agent.user }),
+            script("/usr/local/sbin/airlock-db-dump", "backup/db-dump"),
             ...scheduled("airlock-db-dump", "hourly dump of the sandbox's database", "/usr/local/sbin/airlock-db-dump", "hourly", "5min"),
         );
     }
