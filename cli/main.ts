@@ -9,6 +9,7 @@ import { formatFinding } from "../policies/engine/format";
 import { judgeResources } from "../policies/engine/judge";
 import { checkFile, CheckKind, contextOfStack, gatePlan, gateStack, resourcesOfPreview } from "./gate";
 import { listStacks, planStack, stackFilePath } from "./offline";
+import { registerAudit } from "./audit";
 import { evaluateChecklist, formatChecklist } from "./checklist";
 import { runDoctor } from "./doctor";
 import { forkStack, ForkRefused } from "./fork";
@@ -177,6 +178,8 @@ program
         }
         exitCode = failed.length > 0 ? EXIT.violations : EXIT.clean;
     });
+
+registerAudit(program, (code) => (exitCode = code));
 
 function readText(file: string): string {
     try {

@@ -218,6 +218,10 @@ function scheduled(name: string, description: string, execStart: string, onCalen
     ];
 }
 
+/** Where the gateway keeps the sandbox's command record, pulled by airlock-audit (root, 0700). */
+export const AUDIT_DIR = "/var/lib/airlock/audit";
+export const AUDIT_CONFIG_PATH = "/etc/airlock/audit.json";
+
 /** The names of the backup timers the gateway enables. */
 export function backupTimers(cfg: StackConfig): string[] {
     return backupFiles(cfg)
@@ -237,7 +241,7 @@ function backupFiles(cfg: StackConfig): HostFile[] {
         script("/usr/local/sbin/airlock-backup", "backup/backup", {
             heartbeatUrl: shellQuoted(cfg.backup.heartbeatUrl),
             agentUser: cfg.agent.user,
-            gatewayPaths: `/etc/airlock /home/${cfg.agent.user}/.local/share/airlock`,
+            gatewayPaths: `/etc/airlock /home/${cfg.agent.user}/.local/share/airlock ${AUDIT_DIR}`,
         }),
         script("/usr/local/sbin/airlock-restic-check", "backup/check"),
         script("/usr/local/sbin/airlock-restore-drill", "backup/restore-drill", {
@@ -253,6 +257,7 @@ function backupFiles(cfg: StackConfig): HostFile[] {
         ...scheduled("airlock-restic-check-gateway", "weekly check of the gateway's repository", "/usr/local/sbin/airlock-restic-check gateway", "Sun *-*-* 05:00", "1h"),
         ...scheduled("airlock-restic-check-sandbox", "weekly check of the sandbox's repository", "/usr/local/sbin/airlock-restic-check sandbox", "Sun *-*-* 05:30", "1h"),
         ...scheduled("airlock-restore-drill", "monthly restore drill of the sandbox's backups", "/usr/local/sbin/airlock-restore-drill", "*-*-01 06:00", "2h"),
+        ...auditFiles(cfg),
     ];
     if (withDatabase) {
         files.push(
@@ -261,6 +266,22 @@ function backupFiles(cfg: StackConfig): HostFile[] {
         );
     }
     return files;
+}
+
+/**
+ * The sandbox's command record comes to the gateway over the same pinned ssh path
+ * as the backups, every 5 minutes; airlock-audit keeps only what extends the chain
+ * it already holds. The querylog of AdGuard Home (and its rotated half) is joined
+ * by `airlock-audit show`.
+ */
+function auditFiles(cfg: StackConfig): HostFile[] {
+    const querylog = `${adguardDataDir(cfg)}/work/data/querylog.json`;
+    const settings = { dir: AUDIT_DIR, ssh: ["runuser", "-u", cfg.agent.user, "--", "ssh", "sandbox"], querylog: [`${querylog}.1`, querylog] };
+    return [
+        { path: "/usr/local/sbin/airlock-audit", content: renderTemplate("audit/airlock-audit", {}), permissions: "0755" },
+        { path: AUDIT_CONFIG_PATH, content: `${JSON.stringify(settings, null, 2)}\n`, permissions: "0644" },
+        ...scheduled("airlock-audit-pull", "pull the sandbox's command record", "/usr/local/sbin/airlock-audit pull", "*:0/5", "30s"),
+    ];
 }
 
 /** The cloud-init template plus every file as a write_files entry, and the join key file last. */
