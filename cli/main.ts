@@ -11,6 +11,7 @@ import { checkFile, CheckKind, contextOfStack, gatePlan, gateStack, resourcesOfP
 import { listStacks, planStack, stackFilePath } from "./offline";
 import { registerAudit } from "./audit";
 import { evaluateChecklist, formatChecklist } from "./checklist";
+import { registerEgress } from "./egress";
 import { runDoctor } from "./doctor";
 import { forkStack, ForkRefused } from "./fork";
 import { formatSummary, summarize, writePlan } from "./plan";
@@ -180,6 +181,7 @@ program
     });
 
 registerAudit(program, (code) => (exitCode = code));
+registerEgress(program, stacksDir, (code) => (exitCode = code));
 
 function readText(file: string): string {
     try {
