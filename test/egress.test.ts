@@ -7,7 +7,7 @@ import { propose, withAllowlist } from "../cli/egress";
 import { readQueryLog } from "../cli/querylog";
 import { readStackFile } from "../components/config/load";
 import { renderAdguardConfig } from "../components/workloads/compose";
-import { REPO, stackFile, tempDir } from "./helpers/stacks";
+import { REPO, tempDir } from "./helpers/stacks";
 import { run, toolsAvailable } from "./helpers/tools";
 
 /** From the resolver's query log to a reviewed allowlist change: grouped, counted, exfiltration flagged, a diff that applies and gates clean. */
