@@ -1,11 +1,10 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
-import type { Command } from "commander";
 import { createTwoFilesPatch } from "diff";
 import { getDomain } from "tldts";
 import * as YAML from "yaml";
-import { ConfigError, readStackFile } from "../components/config/load";
-import { stackFilePath } from "./offline";
+import { readStackFile } from "../components/config/load";
+import { ConfigError } from "../policies/contract";
 import { Query, readQueryLog } from "./querylog";
 
 /**
@@ -220,28 +219,4 @@ export function formatProposal(p: Proposal, diffFile: string | undefined): strin
     if (p.skipped.length) out.push(`skipped (no registrable domain): ${p.skipped.slice(0, 5).map(printable).join(", ")}${p.skipped.length > 5 ? `, and ${p.skipped.length - 5} more` : ""}`);
     if (diffFile) out.push(`wrote ${diffFile}: review it, then \`git apply ${diffFile}\` (nothing was changed)`);
     return `${out.join("\n")}\n`;
-}
-
-export function registerEgress(program: Command, stacksDir: () => string, setExit: (code: number) => void): void {
-    const egress = program.command("egress").description("the agent's DNS egress: learn the allowlist from what it really resolved");
-    egress
-        .command("propose")
-        .description("group AdGuard Home's query log by registrable domain and write the allowlist change as a diff of the stack file (never applied)")
-        .requiredOption("--stack <name>", "the stack whose airlock:dns.allowlist to extend")
-        .requiredOption("--from <querylog>", "AdGuard Home's querylog.json (JSON lines)")
-        .option("--client <ip>", "only queries from this client (the sandbox's tailnet address)")
-        .option("--out <file>", "where to write the diff (default: out/<stack>/dns-allowlist.diff)")
-        .option("--json", "machine-readable output (the diff included)")
-        .action((opts: { stack: string; from: string; client?: string; out?: string; json?: boolean }) => {
-            const proposal = propose(opts.stack, stackFilePath(stacksDir(), opts.stack), opts.from, opts.client);
-            let diffFile: string | undefined;
-            if (proposal.diff) {
-                diffFile = opts.out ?? path.join("out", opts.stack, "dns-allowlist.diff");
-                fs.mkdirSync(path.dirname(diffFile), { recursive: true });
-                fs.writeFileSync(diffFile, proposal.diff);
-            }
-            if (opts.json) process.stdout.write(`${JSON.stringify({ ...proposal, diffFile: diffFile ?? null }, null, 2)}\n`);
-            else process.stdout.write(formatProposal(proposal, diffFile));
-            setExit(0);
-        });
 }

@@ -1,6 +1,6 @@
 import * as fs from "node:fs";
 import { StringDecoder } from "node:string_decoder";
-import { ConfigError } from "../components/config/load";
+import { ConfigError } from "../policies/contract";
 
 /**
  * AdGuard Home's query log (`work/data/querylog.json`, rotated to `.json.1`): one

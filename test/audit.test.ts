@@ -6,7 +6,8 @@ import { readStackFile } from "../components/config/load";
 import { AUDIT_CONFIG_PATH, SANDBOX_WRAPPER_PATH } from "../components/render/hosts";
 import { AUDIT_PROGRAM } from "../cli/audit";
 import { installBrokerFiles, startBroker, talk, TestBroker } from "./helpers/broker";
-import { REPO, renderHosts, renderedFile, stackFile, tempDir } from "./helpers/stacks";
+import { airlock } from "./helpers/cli";
+import { renderHosts, renderedFile, stackFile, tempDir } from "./helpers/stacks";
 import { run, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -19,7 +20,7 @@ const b64 = (text: string) => Buffer.from(text).toString("base64");
 const sha256 = (line: string) => createHash("sha256").update(line).digest("hex");
 const CONNECTION = b64("100.100.7.2 52000 100.100.7.1 22");
 const audit = (args: string[]) => run("/usr/bin/python3", ["-IS", AUDIT_PROGRAM, "--config", "-", ...args]);
-const cli = (args: string[]) => run(process.execPath, ["--import", "tsx", path.join(REPO, "cli/main.ts"), ...args], { cwd: REPO });
+const cli = (args: string[]) => airlock(args);
 
 /** A sandbox: rendered wrapper + broker, and a stand-in `ssh` that runs the wrapper with the gateway's request. */
 async function sandbox() {

@@ -7,6 +7,7 @@ import { propose, withAllowlist } from "../cli/egress";
 import { readQueryLog } from "../cli/querylog";
 import { readStackFile } from "../components/config/load";
 import { renderAdguardConfig } from "../components/workloads/compose";
+import { airlock } from "./helpers/cli";
 import { REPO, tempDir } from "./helpers/stacks";
 import { run, toolsAvailable } from "./helpers/tools";
 
@@ -149,7 +150,7 @@ describe("airlock egress propose", () => {
         const log = path.join(dir, "querylog.json");
         const line = (name: string) => JSON.stringify({ T: "2025-03-01T09:00:00.1+00:00", QH: name, QT: "A", IP: "100.100.7.1", Result: {} });
         fs.writeFileSync(log, [line("evil.com\n    - attacker.com"), line("x\u001b[2K.example.com"), line("good.example.com")].join("\n"));
-        const result = run(path.join(REPO, "node_modules/.bin/tsx"), [path.join(REPO, "cli/main.ts"), "egress", "propose", "--stack", "dev", "--from", log], { cwd: dir });
+        const result = airlock(["egress", "propose", "--stack", "dev", "--from", log], { cwd: dir });
         expect(result.status).toBe(0);
         expect(result.stdout).not.toMatch(/\x1b/);
         expect(result.stdout).toContain("\\u{1b}");
