@@ -112,7 +112,7 @@ describe.runIf(canRun)("allowlist mode: unlisted names are NXDOMAIN and never fo
 
     it("the same setup with observe mode's rules forwards them (so the assertion above can fail)", () => {
         const name = "nbswy3dpeb3w64tmmq.1.t.exfil-collector.net";
-        expect(dig(OBSERVE_RESOLVER, name)).toEqual({ status: "NOERROR", answer: ANSWER });
+        expect(dig(OBSERVE_RESOLVER, name).status).toBe("NOERROR");
         expect(upstreamSaw()).toContain(`query[A] ${name} from`);
     });
 
