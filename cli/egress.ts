@@ -203,11 +203,14 @@ function unifiedDiff(file: string, before: string, after: string): string {
 /** Escapes anything outside printable ASCII: names come from the agent's resolver log. */
 const printable = (text: string) => text.replace(/[^\x20-\x7e]/g, (c) => `\\u{${c.codePointAt(0)!.toString(16)}}`);
 
+/** A name as a person reads it in a list: escaped, and cut when it is data-sized. */
+const short = (name: string) => printable(name.length > 48 ? `${name.slice(0, 45)}...` : name);
+
 export function formatProposal(p: Proposal, diffFile: string | undefined): string {
     const out: string[] = [];
     const day = (iso: string) => iso.replace(/\.\d{3}Z$/, "Z");
     const row = (u: DomainUse) =>
-        `  ${printable(u.domain).padEnd(32)} ${String(u.queries).padStart(6)} queries  ${day(u.firstSeen)} .. ${day(u.lastSeen)}${u.blocked ? `  (${u.blocked} blocked)` : ""}\n      ${u.names.slice(0, 5).map(printable).join(", ")}${u.names.length > 5 ? `, and ${u.names.length - 5} more` : ""}`;
+        `  ${printable(u.domain).padEnd(32)} ${String(u.queries).padStart(6)} queries  ${day(u.firstSeen)} .. ${day(u.lastSeen)}${u.blocked ? `  (${u.blocked} blocked)` : ""}\n      ${u.names.slice(0, 3).map(short).join(", ")}${u.names.length > 3 ? `, and ${u.names.length - 3} more` : ""}`;
     out.push(`${p.querylog}: ${p.queries} queries${p.unreadableLines ? `, ${p.unreadableLines} unreadable lines` : ""}`);
     out.push(p.propose.length ? `propose for airlock:dns.allowlist of ${p.stack}:` : `nothing new to propose for ${p.stack}`);
     for (const u of p.propose) out.push(row(u));

@@ -7,7 +7,7 @@ import { AUDIT_CONFIG_PATH, SANDBOX_WRAPPER_PATH } from "../components/render/ho
 import { AUDIT_PROGRAM } from "../cli/audit";
 import { installBrokerFiles, startBroker, talk, TestBroker } from "./helpers/broker";
 import { airlock } from "./helpers/cli";
-import { renderHosts, renderedFile, stackFile, tempDir } from "./helpers/stacks";
+import { readmeSample, renderHosts, renderedFile, stackFile, tempDir } from "./helpers/stacks";
 import { run, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -250,6 +250,13 @@ describe.runIf(toolsAvailable("airlock-audit", ["socat", "systemd-socket-activat
         expect(result.stdout).toMatch(/first break at record 8 \(line 9\): record 8 is missing \(deleted\)/);
         expect(result.status).toBe(1);
         expect(cli(["audit", "verify", "--from", path.join(broken, "nope")]).status).toBe(2);
+    });
+
+    it("the README's samples are what the CLI prints", () => {
+        const show = "airlock audit show --from test/fixtures/record --querylog test/fixtures/record/querylog.json";
+        expect(cli(show.split(" ").slice(1)).stdout).toBe(readmeSample(show));
+        const verify = "airlock audit verify --from test/fixtures/record";
+        expect(cli(verify.split(" ").slice(1)).stdout).toBe(readmeSample(verify));
     });
 
     it("the gateway renders airlock-audit, its settings, and a pull timer with an alert on failure", () => {

@@ -19,6 +19,7 @@ readonly PACKAGES=(
 	busybox-static                # the test images' userland
 	restic postgresql             # backup and restore drill for real
 	python3 pyflakes3 socat       # the root broker and the audit tool (python3), their lint; the wrapper's broker client
+	dnsmasq-base bind9-dnsutils   # the allowlist resolver stand-in and its fake upstream; dig
 )
 
 if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
