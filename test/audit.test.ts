@@ -270,6 +270,8 @@ describe.runIf(toolsAvailable("airlock-audit", ["socat", "systemd-socket-activat
         expect(renderedFile(gatewayHost, "/etc/systemd/system/airlock-audit-pull.service")).toMatch(/OnFailure=airlock-alert@%n\.service[\s\S]*ExecStart=\/usr\/local\/sbin\/airlock-audit pull/);
         expect(renderedFile(gatewayHost, "/etc/systemd/system/airlock-audit-pull.timer")).toContain("OnCalendar=*:0/5");
         expect(gatewayHost.cloudInit).toContain("airlock-audit-pull.timer");
+        // The folder exists before the first pull, so the first backup finds it.
+        expect(gatewayHost.cloudInit).toMatch(/\[ ?install, -d, -m, "0700", \/var\/lib\/airlock\/audit ?\]/);
         // In the gateway's backups.
         expect(renderedFile(gatewayHost, "/usr/local/sbin/airlock-backup")).toMatch(/restic backup --tag gateway .*\/var\/lib\/airlock\/audit/);
     });
