@@ -8,6 +8,7 @@ import {
     renderGatewayCompose,
     renderSandboxCompose,
     ResolvedImages,
+    RESOLVER_PUBLISHED_PORT,
 } from "../workloads/compose";
 import { renderTemplate } from "./templates";
 
@@ -55,6 +56,8 @@ export const SSHD_TEMPLATE_PATH = "/etc/airlock/sshd_config.in";
 export const COMPOSE_TEMPLATE_PATH = "/etc/airlock/compose.yml.in";
 const RENDER = "/usr/local/sbin/airlock-tailnet-render";
 export const SANDBOX_WRAPPER_PATH = "/usr/local/libexec/airlock/sandbox-shell";
+/** The gateway's redirect of tailnet DNS to AdGuard Home's published port. */
+export const DNS_REDIRECT_PATH = "/etc/airlock/dns-redirect.nft";
 /** The sandbox's egress rules, loaded by airlock-egress.service before any process of the agent. */
 export const EGRESS_RULES_PATH = "/etc/airlock/egress.nft";
 /** The root broker (one process per connection to its socket) and the wrapper's client for it, beside the wrapper. */
@@ -245,8 +248,9 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
         script("/usr/local/sbin/airlock-gateway-agent-key", "scripts/gateway-agent-key", { agentUser: user }),
         { path: "/etc/airlock/adguard/AdGuardHome.yaml", content: renderAdguardConfig(cfg), permissions: "0644" },
         ...backupFiles(cfg),
-        // Rootless Docker publishes AdGuard's port 53 as the agent user.
-        { path: "/etc/sysctl.d/60-airlock-dns-port.conf", content: "# airlock: let the agent's rootless Docker publish DNS (53) on the tailnet address.\nnet.ipv4.ip_unprivileged_port_start = 53\n", permissions: "0644" },
+        // Tailnet DNS to AdGuard Home's unprivileged port: no user may bind below 1024.
+        { path: DNS_REDIRECT_PATH, content: renderTemplate("nftables/gateway-dns-redirect.nft", { resolverPort: String(RESOLVER_PUBLISHED_PORT) }), permissions: "0600" },
+        config("/etc/systemd/system/airlock-dns-redirect.service", "systemd/airlock-dns-redirect.service"),
     ];
     return assemble(cfg, "gateway", files, { adminUser, agentUser: user, agentUid: cfg.agent.uid, enableBackupTimers: ["systemctl", "enable", "--now", ...backupTimers(cfg)] });
 }
