@@ -38,18 +38,26 @@ function blocks(): Block[] {
 
 /** Commands of other tools, shown for the reader to run against real clouds or hosts. */
 const EXTERNAL = /^(pulumi |ssh |git add |sudo test\/run\.sh|export |creds=|for |done$|GITHUB_TOKEN=|#)/;
-const AIRLOCK = /^(npm run -s airlock -- |npm run plan|npx airlock )/;
+const AIRLOCK = /^(npm run -s airlock -- |npm run plan|npx airlock |airlock )/;
 
-/** A workspace shaped like the repository root for the commands: the stacks and an npm script for the bin. */
+/**
+ * A workspace shaped like the repository root for the commands: the stacks, the
+ * test fixtures the README's samples read, an npm script and an `airlock` on PATH
+ * for the bin. Nothing a command writes lands in the repository.
+ */
 function workspace(): string {
     const dir = tempDir("readme");
     fs.cpSync(STACKS_DIR, path.join(dir, "stacks"), { recursive: true });
+    fs.cpSync(path.join(REPO, "test/fixtures"), path.join(dir, "test/fixtures"), { recursive: true });
     fs.writeFileSync(path.join(dir, "package.json"), JSON.stringify({ name: "readme-workspace", private: true, scripts: { airlock: `node ${AIRLOCK_BIN}`, plan: `node ${AIRLOCK_BIN} plan --stack dev` } }));
+    fs.mkdirSync(path.join(dir, ".bin"));
+    fs.writeFileSync(path.join(dir, ".bin", "airlock"), `#!/bin/sh\nexec ${process.execPath} ${AIRLOCK_BIN} "$@"\n`, { mode: 0o755 });
     return dir;
 }
 
 function sh(command: string, cwd: string) {
-    const result = spawnSync("bash", ["-o", "pipefail", "-c", command], { cwd, encoding: "utf8", env: { ...process.env, npm_config_loglevel: "error" }, timeout: 300_000 });
+    const env = { ...process.env, npm_config_loglevel: "error", PATH: `${path.join(cwd, ".bin")}:${process.env.PATH}` };
+    const result = spawnSync("bash", ["-o", "pipefail", "-c", command], { cwd, encoding: "utf8", env, timeout: 300_000 });
     return { status: result.status, stdout: result.stdout, stderr: result.stderr.split("\n").filter((l) => !/^npm warn/.test(l)).join("\n") };
 }
 
@@ -130,6 +138,18 @@ describe("README", () => {
         for (const line of block.text.split("\n")) {
             const listed = line.split(/\s+/)[0].replace(/\/\.\.\.$/, "");
             expect(fs.existsSync(path.join(cwd, listed)), listed).toBe(true);
+        }
+    });
+
+    it("the record's format is the one the gateway's records have", () => {
+        const block = all.find((b) => b.marker === "record-format")!;
+        const fixture = fs.readdirSync(path.join(REPO, "test/fixtures/record")).find((f) => f.endsWith(".jsonl"))!;
+        const real = fs.readFileSync(path.join(REPO, "test/fixtures/record", fixture), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+        for (const line of block.text.split("\n")) {
+            const shown = JSON.parse(line);
+            const same = real.find((r) => r.kind === shown.kind);
+            expect(same, shown.kind).toBeDefined();
+            expect(Object.keys(shown)).toEqual(Object.keys(same));
         }
     });
 

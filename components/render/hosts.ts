@@ -8,6 +8,7 @@ import {
     renderGatewayCompose,
     renderSandboxCompose,
     ResolvedImages,
+    RESOLVER_PUBLISHED_PORT,
 } from "../workloads/compose";
 import { renderTemplate } from "./templates";
 
@@ -55,6 +56,14 @@ export const SSHD_TEMPLATE_PATH = "/etc/airlock/sshd_config.in";
 export const COMPOSE_TEMPLATE_PATH = "/etc/airlock/compose.yml.in";
 const RENDER = "/usr/local/sbin/airlock-tailnet-render";
 export const SANDBOX_WRAPPER_PATH = "/usr/local/libexec/airlock/sandbox-shell";
+/** The gateway's redirect of tailnet DNS to AdGuard Home's published port. */
+export const DNS_REDIRECT_PATH = "/etc/airlock/dns-redirect.nft";
+/** The sandbox's egress rules, loaded by airlock-egress.service before any process of the agent. */
+export const EGRESS_RULES_PATH = "/etc/airlock/egress.nft";
+/** The root broker (one process per connection to its socket) and the wrapper's client for it, beside the wrapper. */
+export const BROKER_PATH = "/usr/local/libexec/airlock/broker";
+export const BROKER_CLIENT_PATH = "/usr/local/libexec/airlock/broker-client.bash";
+export const BROKER_SOCKET_PATH = "/run/airlock/broker.sock";
 
 const script = (path: string, template: string, vars: Record<string, string> = {}): HostFile => ({
     path,
@@ -68,11 +77,30 @@ const config = (path: string, template: string, vars: Record<string, string> = {
     permissions: "0644",
 });
 
+/** What differs between the hosts in the files they share. */
+interface HostUnits {
+    compose: string;
+    /** airlock-tailnet-config's ExecStart lines, in order; the first failure fails the unit (and it retries). */
+    tailnetConfig: string[];
+    /** Its ExecStartPost lines after the readiness mark. */
+    tailnetConfigPost?: string[];
+    /** System units airlock-tailnet-config needs started first (Requires= + After=). */
+    tailnetConfigRequires?: string[];
+    /** user@.service drop-in: units a user manager is bound to (BindsTo= + After=), and ones it requires. */
+    userManagerBindsTo?: string[];
+    userManagerRequires?: string[];
+    /** The workloads unit's ExecStartPre lines. */
+    workloadsPre?: string[];
+}
+
+const unitLines = (key: string, lines: string[] = []) => lines.map((line) => `${key}=${line}\n`).join("");
+
 /**
  * Files both hosts carry: tailnet join, tailnet-only sshd, rootless Docker running
  * the host's compose file, and the unit that renders tailnet-addressed files.
  */
-function commonFiles(cfg: StackConfig, role: HostRole, compose: string, tailnetConfig: string[], userUnitsAfter: string[], workloadsPre: string[]): HostFile[] {
+function commonFiles(cfg: StackConfig, role: HostRole, units: HostUnits): HostFile[] {
+    const bound = [...(units.userManagerBindsTo ?? []), ...(units.userManagerRequires ?? [])];
     return [
         script("/usr/local/sbin/airlock-install-tailscale", "scripts/install-tailscale"),
         script("/usr/local/sbin/airlock-tailnet-join", "scripts/tailnet-join", {
@@ -84,41 +112,58 @@ function commonFiles(cfg: StackConfig, role: HostRole, compose: string, tailnetC
         script(RENDER, "scripts/tailnet-render"),
         script(COMPOSE_CHECK, "scripts/compose-check"),
         config("/etc/systemd/system/ssh.service.d/10-airlock-tailnet.conf", "systemd/ssh.service.d/10-airlock-tailnet.conf"),
+        // Debian's PAM stack for sshd, except that pam_env never reads a user's own file.
+        config("/etc/pam.d/sshd", "pam/sshd"),
         script("/usr/local/sbin/airlock-setup-rootless-docker", "scripts/setup-rootless-docker", {
             agentUser: cfg.agent.user,
         }),
         config("/etc/systemd/user/docker.service", "systemd/user/docker.service"),
-        { path: COMPOSE_TEMPLATE_PATH, content: compose, permissions: "0644" },
+        { path: COMPOSE_TEMPLATE_PATH, content: units.compose, permissions: "0644" },
         config("/etc/systemd/system/airlock-tailnet-config.service", "systemd/airlock-tailnet-config.service", {
-            execStart: tailnetConfig.map((line) => `ExecStart=${line}`).join("\n"),
+            after: (units.tailnetConfigRequires ?? []).join(" "),
+            requires: unitLines("Requires", units.tailnetConfigRequires),
+            execStart: units.tailnetConfig.map((line) => `ExecStart=${line}`).join("\n"),
+            execStartPost: unitLines("ExecStartPost", units.tailnetConfigPost),
         }),
+        config("/etc/systemd/user/airlock-workloads.path", "systemd/user/airlock-workloads.path"),
         config("/etc/systemd/user/airlock-workloads.service", "systemd/user/airlock-workloads.service", {
-            execStartPre: workloadsPre.map((line) => `ExecStartPre=${line}\n`).join(""),
+            execStartPre: unitLines("ExecStartPre", units.workloadsPre),
         }),
         config("/etc/systemd/system/user@.service.d/10-airlock.conf", "systemd/user@.service.d/10-airlock.conf", {
-            units: userUnitsAfter.join(" "),
+            dependencies: unitLines("BindsTo", units.userManagerBindsTo) + unitLines("Requires", units.userManagerRequires) + (bound.length > 0 ? `After=${bound.join(" ")}\n` : ""),
         }),
     ];
 }
 
 const COMPOSE_CHECK = "/usr/local/sbin/airlock-compose-check";
 const renderCompose = `${RENDER} --mode 0644 ${COMPOSE_TEMPLATE_PATH} /etc/airlock/compose.yml ${COMPOSE_CHECK}`;
+const EGRESS_UNIT = "airlock-egress.service";
 
 export function renderSandbox(cfg: StackConfig, images: ResolvedImages): RenderedHost {
     const user = cfg.agent.user;
     const resolver = `--resolver ${cfg.hostnames.gateway}`;
     const dockerConfigDir = `/home/${user}/.config/docker`;
+    // What needs only this host's address first; what needs the gateway's (which may
+    // join later) after. The egress rules are in force before either (EGRESS_UNIT).
     const tailnetConfig = [
         renderCompose,
-        `${RENDER} --mode 0644 ${resolver} /etc/airlock/resolv.conf.in /etc/resolv.conf`,
-        // The agent's Docker daemon resolves through the same resolver.
-        `/usr/bin/install -d -o ${user} -g ${user} ${dockerConfigDir}`,
+        // The agent's Docker daemon resolves through the same resolver; the directory is root's.
+        `/usr/bin/install -d -o root -g root -m 0755 ${dockerConfigDir}`,
         `${RENDER} --mode 0644 ${resolver} /etc/airlock/docker-daemon.json.in ${dockerConfigDir}/daemon.json`,
-        `${RENDER} ${resolver} /etc/airlock/egress.nft.in /etc/airlock/egress.nft /usr/sbin/nft --check --file`,
-        "/usr/sbin/nft --file /etc/airlock/egress.nft",
+        `${RENDER} --mode 0644 ${resolver} /etc/airlock/resolv.conf.in /etc/resolv.conf`,
+        `${RENDER} ${resolver} /etc/airlock/egress-resolver.nft.in /etc/airlock/egress-resolver.nft /usr/sbin/nft --check --file`,
+        "/usr/sbin/nft --file /etc/airlock/egress-resolver.nft",
     ];
     const files: HostFile[] = [
-        ...commonFiles(cfg, "sandbox", renderSandboxCompose(cfg, images), tailnetConfig, ["airlock-workspace.service", "airlock-tailnet-config.service"], []),
+        ...commonFiles(cfg, "sandbox", {
+            compose: renderSandboxCompose(cfg, images),
+            tailnetConfig,
+            // The allowlist's addresses now that names resolve, without waiting for the timer.
+            tailnetConfigPost: ["/usr/bin/systemctl start --no-block airlock-egress-refresh.service"],
+            tailnetConfigRequires: [EGRESS_UNIT],
+            userManagerBindsTo: [EGRESS_UNIT],
+            userManagerRequires: ["airlock-workspace.service"],
+        }),
         {
             path: SSHD_TEMPLATE_PATH,
             content: renderTemplate("sshd/sandbox.sshd_config", {
@@ -136,16 +181,33 @@ export function renderSandbox(cfg: StackConfig, images: ResolvedImages): Rendere
         script(SANDBOX_WRAPPER_PATH, "scripts/sandbox-shell", {
             envAllowlist: cfg.agent.envAllowlist.join(" "),
         }),
+        script("/usr/local/sbin/airlock-agent-home", "scripts/agent-home", { agentUser: user }),
+        ...brokerFiles(cfg),
         script("/usr/local/sbin/airlock-mount-workspace", "scripts/mount-workspace", { agentUser: user }),
         config("/etc/systemd/system/airlock-workspace.service", "systemd/airlock-workspace.service"),
         { path: "/etc/airlock/resolv.conf.in", content: "# airlock: the gateway's AdGuard Home is the only resolver.\nnameserver @RESOLVER_IPV4@\noptions edns0\n", permissions: "0644" },
-        { path: "/etc/airlock/egress.nft.in", content: renderEgressRules(cfg), permissions: "0600" },
+        { path: EGRESS_RULES_PATH, content: renderEgressRules(cfg), permissions: "0600" },
+        config(`/etc/systemd/system/${EGRESS_UNIT}`, "systemd/airlock-egress.service"),
+        { path: "/etc/airlock/egress-resolver.nft.in", content: renderTemplate("nftables/egress-resolver.nft", {}), permissions: "0600" },
         { path: "/etc/airlock/docker-daemon.json.in", content: '{ "dns": ["@RESOLVER_IPV4@"] }\n', permissions: "0644" },
         script("/usr/local/sbin/airlock-egress-refresh", "scripts/egress-refresh", { allowlist: cfg.dns.allowlist.map((d) => `"${d}"`).join(" ") }),
         config("/etc/systemd/system/airlock-egress-refresh.service", "systemd/airlock-egress-refresh.service"),
         config("/etc/systemd/system/airlock-egress-refresh.timer", "systemd/airlock-egress-refresh.timer"),
     ];
     return assemble(cfg, "sandbox", files, { agentUser: user, agentUid: cfg.agent.uid });
+}
+
+/**
+ * The root broker: the only way the wrapper (running as the agent) gets anything
+ * done as root - today the command record, and the checkpoints of issue 12.
+ */
+function brokerFiles(cfg: StackConfig): HostFile[] {
+    return [
+        script(BROKER_PATH, "scripts/broker"),
+        config(BROKER_CLIENT_PATH, "scripts/broker-client.bash"),
+        config("/etc/systemd/system/airlock-broker.socket", "systemd/airlock-broker.socket", { agentUser: cfg.agent.user }),
+        config("/etc/systemd/system/airlock-broker@.service", "systemd/airlock-broker@.service"),
+    ];
 }
 
 export function renderGateway(cfg: StackConfig, images: ResolvedImages): RenderedHost {
@@ -155,7 +217,7 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
     // The rendered AdGuard config replaces the live one at every start: this stack is the source of truth.
     const workloadsPre = [`/usr/bin/install -D -m 0600 /etc/airlock/adguard/AdGuardHome.yaml ${adguard}/conf/AdGuardHome.yaml`, `/usr/bin/mkdir -p ${adguard}/work`];
     const files: HostFile[] = [
-        ...commonFiles(cfg, "gateway", renderGatewayCompose(cfg, images), [renderCompose], ["airlock-tailnet-config.service"], workloadsPre),
+        ...commonFiles(cfg, "gateway", { compose: renderGatewayCompose(cfg, images), tailnetConfig: [renderCompose], workloadsPre }),
         {
             path: SSHD_TEMPLATE_PATH,
             content: renderTemplate("sshd/gateway.sshd_config", { adminUser }),
@@ -186,8 +248,9 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
         script("/usr/local/sbin/airlock-gateway-agent-key", "scripts/gateway-agent-key", { agentUser: user }),
         { path: "/etc/airlock/adguard/AdGuardHome.yaml", content: renderAdguardConfig(cfg), permissions: "0644" },
         ...backupFiles(cfg),
-        // Rootless Docker publishes AdGuard's port 53 as the agent user.
-        { path: "/etc/sysctl.d/60-airlock-dns-port.conf", content: "# airlock: let the agent's rootless Docker publish DNS (53) on the tailnet address.\nnet.ipv4.ip_unprivileged_port_start = 53\n", permissions: "0644" },
+        // Tailnet DNS to AdGuard Home's unprivileged port: no user may bind below 1024.
+        { path: DNS_REDIRECT_PATH, content: renderTemplate("nftables/gateway-dns-redirect.nft", { resolverPort: String(RESOLVER_PUBLISHED_PORT) }), permissions: "0600" },
+        config("/etc/systemd/system/airlock-dns-redirect.service", "systemd/airlock-dns-redirect.service"),
     ];
     return assemble(cfg, "gateway", files, { adminUser, agentUser: user, agentUid: cfg.agent.uid, enableBackupTimers: ["systemctl", "enable", "--now", ...backupTimers(cfg)] });
 }
@@ -200,6 +263,10 @@ function scheduled(name: string, description: string, execStart: string, onCalen
     ];
 }
 
+/** Where the gateway keeps the sandbox's command record, pulled by airlock-audit (root, 0700). */
+export const AUDIT_DIR = "/var/lib/airlock/audit";
+export const AUDIT_CONFIG_PATH = "/etc/airlock/audit.json";
+
 /** The names of the backup timers the gateway enables. */
 export function backupTimers(cfg: StackConfig): string[] {
     return backupFiles(cfg)
@@ -207,25 +274,33 @@ export function backupTimers(cfg: StackConfig): string[] {
         .filter((t): t is string => t !== undefined);
 }
 
+/** Where the backup scripts' shared functions live (sourced, never run). */
+export const BACKUP_LIB_PATH = "/usr/local/lib/airlock/backup.sh";
+
 /**
  * Backups run from the gateway: its own data, and the sandbox's /workspace (and
  * database) pulled over the agent's ssh path, so the sandbox never holds a backup
- * key. Scripts and units are rendered from templates/backup.
+ * key. The operator initialises each repository once (airlock-backup-init) and its
+ * id is pinned; everything from the sandbox is read only inside the confinement
+ * (airlock-confined-restore, the drill's archive listing). Scripts and units are
+ * rendered from templates/backup.
  */
 function backupFiles(cfg: StackConfig): HostFile[] {
     const withDatabase = cfg.workloads.postgres.enabled;
     const shellQuoted = (value: string | undefined) => (value ? `'${value.replace(/'/g, "'\\''")}'` : '""');
     const files: HostFile[] = [
+        config(BACKUP_LIB_PATH, "backup/lib.sh", { agentUser: cfg.agent.user }),
+        script("/usr/local/sbin/airlock-backup-init", "backup/init"),
         script("/usr/local/sbin/airlock-backup", "backup/backup", {
             heartbeatUrl: shellQuoted(cfg.backup.heartbeatUrl),
-            agentUser: cfg.agent.user,
-            gatewayPaths: `/etc/airlock /home/${cfg.agent.user}/.local/share/airlock`,
+            gatewayPaths: `/etc/airlock /home/${cfg.agent.user}/.local/share/airlock ${AUDIT_DIR}`,
         }),
         script("/usr/local/sbin/airlock-restic-check", "backup/check"),
         script("/usr/local/sbin/airlock-restore-drill", "backup/restore-drill", {
             drillTables: cfg.backup.drillTables.join(" "),
             withDatabase: String(withDatabase),
         }),
+        script("/usr/local/sbin/airlock-confined-restore", "backup/confined-restore"),
         script("/usr/local/sbin/airlock-alert", "backup/alert", { alertWebhookUrl: shellQuoted(cfg.backup.alertWebhookUrl) }),
         config("/etc/systemd/system/airlock-alert@.service", "backup/alert@.service"),
         // The drill's scratch PostgreSQL: no cluster of its own on the gateway.
@@ -235,14 +310,31 @@ function backupFiles(cfg: StackConfig): HostFile[] {
         ...scheduled("airlock-restic-check-gateway", "weekly check of the gateway's repository", "/usr/local/sbin/airlock-restic-check gateway", "Sun *-*-* 05:00", "1h"),
         ...scheduled("airlock-restic-check-sandbox", "weekly check of the sandbox's repository", "/usr/local/sbin/airlock-restic-check sandbox", "Sun *-*-* 05:30", "1h"),
         ...scheduled("airlock-restore-drill", "monthly restore drill of the sandbox's backups", "/usr/local/sbin/airlock-restore-drill", "*-*-01 06:00", "2h"),
+        ...auditFiles(cfg),
     ];
     if (withDatabase) {
         files.push(
-            script("/usr/local/sbin/airlock-db-dump", "backup/db-dump", { agentUser: cfg.agent.user }),
+            script("/usr/local/sbin/airlock-db-dump", "backup/db-dump"),
             ...scheduled("airlock-db-dump", "hourly dump of the sandbox's database", "/usr/local/sbin/airlock-db-dump", "hourly", "5min"),
         );
     }
     return files;
+}
+
+/**
+ * The sandbox's command record comes to the gateway over the same pinned ssh path
+ * as the backups, every 5 minutes; airlock-audit keeps only what extends the chain
+ * it already holds. The querylog of AdGuard Home (and its rotated half) is joined
+ * by `airlock-audit show`.
+ */
+function auditFiles(cfg: StackConfig): HostFile[] {
+    const querylog = `${adguardDataDir(cfg)}/work/data/querylog.json`;
+    const settings = { dir: AUDIT_DIR, ssh: ["runuser", "-u", cfg.agent.user, "--", "ssh", "sandbox"], querylog: [`${querylog}.1`, querylog] };
+    return [
+        { path: "/usr/local/sbin/airlock-audit", content: renderTemplate("audit/airlock-audit", {}), permissions: "0755" },
+        { path: AUDIT_CONFIG_PATH, content: `${JSON.stringify(settings, null, 2)}\n`, permissions: "0644" },
+        ...scheduled("airlock-audit-pull", "pull the sandbox's command record", "/usr/local/sbin/airlock-audit pull", "*:0/5", "30s"),
+    ];
 }
 
 /** The cloud-init template plus every file as a write_files entry, and the join key file last. */
