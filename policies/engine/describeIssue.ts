@@ -22,7 +22,8 @@ export function describeIssue(issue: z.core.$ZodIssue): string {
             return `expected ${word} ${bound}${what}${missing ? "" : `, got ${found(issue.input)}`}`;
         }
         default:
-            return `${issue.message.split("\n")[0].trim()}${missing ? "" : `, got ${found(issue.input)}`}`;
+            // What was found, when it is the value itself (a refinement of a whole mapping says enough).
+            return `${issue.message.split("\n")[0].trim()}${missing || (issue.input !== null && typeof issue.input === "object") ? "" : `, got ${found(issue.input)}`}`;
     }
 }
 
