@@ -37,6 +37,7 @@ export function previewText(plan: StackPlan): string {
  * a resource's at its line in preview.json; the URN follows.
  */
 export function locateInPlan(findings: Finding[], plan: StackPlan, outDir: string): Finding[] {
+    if (findings.length === 0) return findings;
     const folders = new Map(plan.resources.filter((r) => r.type === STASH_TYPE && collectArtifacts(plan).has(folderOf(plan, r))).map((r) => [r.urn, folderOf(plan, r)]));
     const lines = resourceLines(previewText(plan));
     return findings.map((f) => {

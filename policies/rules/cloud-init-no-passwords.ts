@@ -10,6 +10,7 @@ const HASH = /^\$[0-9a-z]+\$/;
 const SETS_PASSWORD = new Set(["chpasswd", "chgpasswd", "usermod"]);
 
 function setsPasswordIn(line: string): boolean {
+    if (!/passwd|usermod/.test(line)) return false;
     return line.split(/;|&&|\|\||\|/).some((stage) => {
         const program = programOf(stage);
         if (program === "passwd") return /\s--stdin\b/.test(stage);
@@ -50,7 +51,7 @@ export const cloudInitNoPasswords: Rule = {
             }
         }
         for (const leaf of stringLeaves(doc)) {
-            if (logicalLines(leaf.value).some(setsPasswordIn)) problems.push({ message: `a command sets a password in ${leaf.path}`, line: doc.lines[leaf.path.split(/[.[ ]/)[0]], where: leaf.path });
+            if (/passwd|usermod/.test(leaf.value) && logicalLines(leaf.value).some(setsPasswordIn)) problems.push({ message: `a command sets a password in ${leaf.path}`, line: doc.lines[leaf.path.split(/[.[ ]/)[0]], where: leaf.path });
         }
         return problems;
     },
