@@ -78,6 +78,8 @@ echo "$*" >/var/lib/fake-tailnet/probes/docker-args
 exit 0
 `;
 const SYSTEM_DOCKER_UNIT = "[Unit]\nDescription=stand-in for docker.io's rootful daemon\n[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n";
+/** tailscaled's unit as Tailscale ships it (RuntimeDirectoryMode=0755), its LocalAPI socket open to all (0666) as tailscaled makes it. */
+const TAILSCALED_UNIT = "[Unit]\nDescription=stand-in for tailscaled\n[Service]\nRuntimeDirectory=tailscale\nRuntimeDirectoryMode=0755\nExecStart=/usr/bin/socat UNIX-LISTEN:/run/tailscale/tailscaled.sock,fork,mode=0666 SYSTEM:'echo localapi'\n[Install]\nWantedBy=multi-user.target\n";
 const SYSTEM_DOCKER_SOCKET = "[Unit]\nDescription=stand-in\n[Socket]\nListenStream=/run/docker-stand-in.sock\n[Install]\nWantedBy=sockets.target\n";
 
 describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
@@ -149,6 +151,7 @@ describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
         put("/usr/bin/docker", DOCKER_STUB);
         put("/lib/systemd/system/docker.service", SYSTEM_DOCKER_UNIT, 0o644);
         put("/lib/systemd/system/docker.socket", SYSTEM_DOCKER_SOCKET, 0o644);
+        put("/lib/systemd/system/tailscaled.service", TAILSCALED_UNIT, 0o644);
         // The hcloud volume is the twin's to prove; here /workspace is a plain directory.
         put("/usr/local/sbin/airlock-mount-workspace", "#!/bin/bash\nmkdir -p /workspace\n");
         fs.mkdirSync(path.join(state(), "probes"), { recursive: true });
@@ -215,6 +218,16 @@ describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
         const deps = host!.exec(["systemctl", "show", "user@1600.service", "--property=BindsTo,Requires,Wants,After"]).stdout;
         expect(deps).not.toMatch(/airlock-/);
         expect(host!.exec(["systemctl", "show", `user@${agentUid}.service`, "--property=BindsTo"]).stdout).toContain("airlock-egress.service");
+    });
+
+    it("tailscaled's LocalAPI is root's: the agent cannot ask tailscaled to connect for it (tailscale nc)", async () => {
+        expect(host!.exec(["systemctl", "start", "tailscaled.service"]).status).toBe(0);
+        expect(await host!.waitFor(["test", "-S", "/run/tailscale/tailscaled.sock"], 10)).toBe(true);
+        expect(host!.exec(["stat", "-c", "%a %U", "/run/tailscale"]).stdout.trim()).toBe("700 root");
+        const asAgent = host!.exec(["runuser", "-u", agent, "--", "socat", "-T", "2", "-", "UNIX-CONNECT:/run/tailscale/tailscaled.sock"], { input: "GET /localapi/v0/status\n" });
+        expect(asAgent.status).not.toBe(0);
+        expect(asAgent.stderr).toMatch(/Permission denied/);
+        expect(host!.exec(["socat", "-T", "2", "-", "UNIX-CONNECT:/run/tailscale/tailscaled.sock"], { input: "x\n" }).stdout).toContain("localapi");
     });
 
     it("the agent reaches neither another tailnet node nor a host loopback service", () => {

@@ -1,6 +1,6 @@
 import * as YAML from "yaml";
 import { TAILNET_AUTH_KEY_PATH, TAILNET_AUTH_KEY_PLACEHOLDER } from "../../policies/contract";
-import type { StackConfig } from "../config/schema";
+import { AGENT_SUBORDINATE_IDS, type StackConfig } from "../config/schema";
 import {
     adguardDataDir,
     renderAdguardConfig,
@@ -112,10 +112,12 @@ function commonFiles(cfg: StackConfig, role: HostRole, units: HostUnits): HostFi
         script(RENDER, "scripts/tailnet-render"),
         script(COMPOSE_CHECK, "scripts/compose-check"),
         config("/etc/systemd/system/ssh.service.d/10-airlock-tailnet.conf", "systemd/ssh.service.d/10-airlock-tailnet.conf"),
+        config("/etc/systemd/system/tailscaled.service.d/10-airlock.conf", "systemd/tailscaled.service.d/10-airlock.conf"),
         // Debian's PAM stack for sshd, except that pam_env never reads a user's own file.
         config("/etc/pam.d/sshd", "pam/sshd"),
         script("/usr/local/sbin/airlock-setup-rootless-docker", "scripts/setup-rootless-docker", {
             agentUser: cfg.agent.user,
+            subordinateIds: `${AGENT_SUBORDINATE_IDS.first}-${AGENT_SUBORDINATE_IDS.last}`,
         }),
         config("/etc/systemd/user/docker.service", "systemd/user/docker.service"),
         { path: COMPOSE_TEMPLATE_PATH, content: units.compose, permissions: "0644" },

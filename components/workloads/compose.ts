@@ -1,6 +1,6 @@
 import * as YAML from "yaml";
 import { TAILNET_IPV4_PLACEHOLDER } from "../../policies/contract";
-import type { StackConfig } from "../config/schema";
+import { AGENT_SUBORDINATE_IDS, type StackConfig } from "../config/schema";
 import { renderTemplate } from "../render/templates";
 
 /**
@@ -172,10 +172,9 @@ export function renderAdguardConfig(cfg: StackConfig): string {
 
 /** The sandbox's nftables egress policy for the stack's DNS mode. */
 export function renderEgressRules(cfg: StackConfig): string {
-    const agentUid = String(cfg.agent.uid);
     return renderTemplate("nftables/sandbox-egress.nft", {
         mode: cfg.dns.mode,
-        agentUid,
+        agentUids: `{ ${cfg.agent.uid}, ${AGENT_SUBORDINATE_IDS.first}-${AGENT_SUBORDINATE_IDS.last} }`,
         agentEgressRules: renderTemplate(`nftables/agent-egress-${cfg.dns.mode}.nft`, {}).replace(/\n$/, ""),
     });
 }
