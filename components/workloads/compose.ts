@@ -79,7 +79,9 @@ export function renderSandboxCompose(cfg: StackConfig, images: ResolvedImages): 
                 ports: [`${TAILNET_IPV4_PLACEHOLDER}:9222:9222`],
                 shm_size: "1g",
                 read_only: true,
-                networks: ["egress"],
+                // A network of its own: the agent's shell must not reach CDP (cookies and
+                // sessions of earlier tasks, scripts in pages the gateway opens later).
+                networks: ["browser"],
             },
             w.browser,
         );
@@ -123,7 +125,7 @@ export function renderSandboxCompose(cfg: StackConfig, images: ResolvedImages): 
             " @TAILNET_IPV4@ is filled at boot by airlock-tailnet-render (tailnet addresses only).",
         services,
         {
-            networks: { egress: {}, ...(backend ? { internal: { internal: true } } : {}) },
+            networks: { egress: {}, ...(w.browser.enabled ? { browser: {} } : {}), ...(backend ? { internal: { internal: true } } : {}) },
             ...(Object.keys(volumes).length > 0 ? { volumes } : {}),
         },
     );
