@@ -76,7 +76,7 @@ describe("compose rendering", () => {
         expect(JSON.stringify(services.browser.volumes ?? [])).not.toContain("/workspace");
         // The browser shares no network with any other service: only the gateway reaches CDP.
         for (const [name, service] of Object.entries(services)) {
-            if (name !== "browser") expect((service.networks as string[]).filter((n) => (services.browser.networks as string[]).includes(n)), name).toEqual([]);
+            if (name !== "browser") expect(((service as { networks: string[] }).networks).filter((n) => (services.browser.networks as string[]).includes(n)), name).toEqual([]);
         }
     });
 

@@ -236,7 +236,7 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
             content: cfg.gateway.adminSshKeys.map((key) => `${key}\n`).join(""),
             permissions: "0644",
         },
-        config("/etc/ssh/ssh_config.d/20-airlock-sandbox.conf", "ssh/sandbox.ssh_config", {
+        config(SANDBOX_SSH_CONFIG_PATH, "ssh/sandbox.ssh_config", {
             sandboxHost: cfg.hostnames.sandbox,
             agentUser: user,
             sendEnv: cfg.agent.envAllowlist.join(" "),
@@ -264,10 +264,10 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
     return assemble(cfg, "gateway", files, { adminUser, agentUser: user, agentUid: cfg.agent.uid, enableBackupTimers: ["systemctl", "enable", "--now", ...backupTimers(cfg)] });
 }
 
-/** One systemd service (alerting on failure) and the timer that starts it. */
-function scheduled(name: string, description: string, execStart: string, onCalendar: string, randomizedDelay: string): HostFile[] {
+/** One systemd service (alerting on failure, and on running longer than `timeout`) and the timer that starts it. */
+function scheduled(name: string, description: string, execStart: string, onCalendar: string, randomizedDelay: string, timeout: string): HostFile[] {
     return [
-        config(`/etc/systemd/system/${name}.service`, "backup/unit.service", { description, execStart }),
+        config(`/etc/systemd/system/${name}.service`, "backup/unit.service", { description, execStart, timeout }),
         config(`/etc/systemd/system/${name}.timer`, "backup/unit.timer", { description, onCalendar, randomizedDelay }),
     ];
 }
@@ -275,6 +275,20 @@ function scheduled(name: string, description: string, execStart: string, onCalen
 /** Where the gateway keeps the sandbox's command record, pulled by airlock-audit (root, 0700). */
 export const AUDIT_DIR = "/var/lib/airlock/audit";
 export const AUDIT_CONFIG_PATH = "/etc/airlock/audit.json";
+
+/** The gateway's ssh client settings for the sandbox (pinned host key, modern algorithms). */
+export const SANDBOX_SSH_CONFIG_PATH = "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf";
+
+/**
+ * How root's jobs on the gateway (backups, the record's pull) reach the sandbox: as the
+ * agent (the one user the sandbox lets in), with the rendered client settings only
+ * (-F: a ~/.ssh/config the agent user wrote is never read, so it cannot turn off the
+ * host-key pin or pick weak algorithms) and a connection of their own (no
+ * ControlMaster socket the agent user could have planted).
+ */
+export function rootSandboxSsh(cfg: StackConfig): string[] {
+    return ["runuser", "-u", cfg.agent.user, "--", "ssh", "-F", SANDBOX_SSH_CONFIG_PATH, "-o", "ControlPath=none", "sandbox"];
+}
 
 /** The names of the backup timers the gateway enables. */
 export function backupTimers(cfg: StackConfig): string[] {
@@ -298,7 +312,7 @@ function backupFiles(cfg: StackConfig): HostFile[] {
     const withDatabase = cfg.workloads.postgres.enabled;
     const shellQuoted = (value: string | undefined) => (value ? `'${value.replace(/'/g, "'\\''")}'` : '""');
     const files: HostFile[] = [
-        config(BACKUP_LIB_PATH, "backup/lib.sh", { agentUser: cfg.agent.user }),
+        config(BACKUP_LIB_PATH, "backup/lib.sh", { sandboxSsh: rootSandboxSsh(cfg).join(" ") }),
         script("/usr/local/sbin/airlock-backup-init", "backup/init"),
         script("/usr/local/sbin/airlock-backup", "backup/backup", {
             heartbeatUrl: shellQuoted(cfg.backup.heartbeatUrl),
@@ -314,17 +328,17 @@ function backupFiles(cfg: StackConfig): HostFile[] {
         config("/etc/systemd/system/airlock-alert@.service", "backup/alert@.service"),
         // The drill's scratch PostgreSQL: no cluster of its own on the gateway.
         { path: "/etc/postgresql-common/createcluster.conf", content: "# airlock: PostgreSQL is here only for the restore drill's scratch server.\ncreate_main_cluster = false\n", permissions: "0644" },
-        ...scheduled("airlock-backup-gateway", "daily backup of the gateway", "/usr/local/sbin/airlock-backup gateway", "*-*-* 03:00", "30min"),
-        ...scheduled("airlock-backup-sandbox", "daily backup of the sandbox's /workspace", "/usr/local/sbin/airlock-backup sandbox", "*-*-* 03:30", "30min"),
-        ...scheduled("airlock-restic-check-gateway", "weekly check of the gateway's repository", "/usr/local/sbin/airlock-restic-check gateway", "Sun *-*-* 05:00", "1h"),
-        ...scheduled("airlock-restic-check-sandbox", "weekly check of the sandbox's repository", "/usr/local/sbin/airlock-restic-check sandbox", "Sun *-*-* 05:30", "1h"),
-        ...scheduled("airlock-restore-drill", "monthly restore drill of the sandbox's backups", "/usr/local/sbin/airlock-restore-drill", "*-*-01 06:00", "2h"),
+        ...scheduled("airlock-backup-gateway", "daily backup of the gateway", "/usr/local/sbin/airlock-backup gateway", "*-*-* 03:00", "30min", "6h"),
+        ...scheduled("airlock-backup-sandbox", "daily backup of the sandbox's /workspace", "/usr/local/sbin/airlock-backup sandbox", "*-*-* 03:30", "30min", "6h"),
+        ...scheduled("airlock-restic-check-gateway", "weekly check of the gateway's repository", "/usr/local/sbin/airlock-restic-check gateway", "Sun *-*-* 05:00", "1h", "12h"),
+        ...scheduled("airlock-restic-check-sandbox", "weekly check of the sandbox's repository", "/usr/local/sbin/airlock-restic-check sandbox", "Sun *-*-* 05:30", "1h", "12h"),
+        ...scheduled("airlock-restore-drill", "monthly restore drill of the sandbox's backups", "/usr/local/sbin/airlock-restore-drill", "*-*-01 06:00", "2h", "6h"),
         ...auditFiles(cfg),
     ];
     if (withDatabase) {
         files.push(
             script("/usr/local/sbin/airlock-db-dump", "backup/db-dump"),
-            ...scheduled("airlock-db-dump", "hourly dump of the sandbox's database", "/usr/local/sbin/airlock-db-dump", "hourly", "5min"),
+            ...scheduled("airlock-db-dump", "hourly dump of the sandbox's database", "/usr/local/sbin/airlock-db-dump", "hourly", "5min", "45min"),
         );
     }
     return files;
@@ -338,11 +352,11 @@ function backupFiles(cfg: StackConfig): HostFile[] {
  */
 function auditFiles(cfg: StackConfig): HostFile[] {
     const querylog = `${adguardDataDir(cfg)}/work/data/querylog.json`;
-    const settings = { dir: AUDIT_DIR, ssh: ["runuser", "-u", cfg.agent.user, "--", "ssh", "sandbox"], querylog: [`${querylog}.1`, querylog] };
+    const settings = { dir: AUDIT_DIR, ssh: rootSandboxSsh(cfg), querylog: [`${querylog}.1`, querylog] };
     return [
         { path: "/usr/local/sbin/airlock-audit", content: renderTemplate("audit/airlock-audit", {}), permissions: "0755" },
         { path: AUDIT_CONFIG_PATH, content: `${JSON.stringify(settings, null, 2)}\n`, permissions: "0644" },
-        ...scheduled("airlock-audit-pull", "pull the sandbox's command record", "/usr/local/sbin/airlock-audit pull", "*:0/5", "30s"),
+        ...scheduled("airlock-audit-pull", "pull the sandbox's command record", "/usr/local/sbin/airlock-audit pull", "*:0/5", "30s", "4min"),
     ];
 }
 
