@@ -211,13 +211,18 @@ describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
         }
     });
 
-    it("other users' sessions neither wait for nor depend on the agent's units", () => {
+    it("other users' sessions neither wait for nor depend on the agent's units, nor run its workloads", async () => {
         expect(host!.exec(["useradd", "--uid", "1600", "--create-home", "ops"]).status).toBe(0);
         const started = host!.exec(["systemctl", "start", "user@1600.service"], { timeout: 30_000 });
         expect(started.status, started.stderr).toBe(0);
         const deps = host!.exec(["systemctl", "show", "user@1600.service", "--property=BindsTo,Requires,Wants,After"]).stdout;
         expect(deps).not.toMatch(/airlock-/);
         expect(host!.exec(["systemctl", "show", `user@${agentUid}.service`, "--property=BindsTo"]).stdout).toContain("airlock-egress.service");
+        // The workloads (enabled for every user manager) run under the agent's alone.
+        const ops = (unit: string) =>
+            host!.exec(["runuser", "-u", "ops", "--", "env", "XDG_RUNTIME_DIR=/run/user/1600", "DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/1600/bus", "systemctl", "--user", "is-active", unit]).stdout.trim();
+        expect(await host!.waitFor(["test", "-S", "/run/user/1600/bus"], 20)).toBe(true);
+        for (const unit of ["airlock-workloads.path", "airlock-workloads.service", "docker.service"]) expect(ops(unit), unit).toBe("inactive");
     });
 
     it("tailscaled's LocalAPI is root's: the agent cannot ask tailscaled to connect for it (tailscale nc)", async () => {
@@ -251,6 +256,15 @@ describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
         expect(allowed.stderr).toBe("");
         expect(allowed.status).toBe(0);
     });
+
+    it("rules flushed behind their unit's back come back, and the agent's manager is restarted under them", async () => {
+        const before = host!.exec(["systemctl", "show", `user@${agentUid}.service`, "--property=ActiveEnterTimestampMonotonic"]).stdout.trim();
+        expect(host!.exec(["nft", "flush", "ruleset"]).status).toBe(0);
+        expect(await host!.waitFor(["nft", "list", "table", "inet", "airlock"], 60), "the table is back").toBe(true);
+        expect(await host!.waitFor(["systemctl", "is-active", "--quiet", `user@${agentUid}.service`], 30)).toBe(true);
+        const after = host!.exec(["systemctl", "show", `user@${agentUid}.service`, "--property=ActiveEnterTimestampMonotonic"]).stdout.trim();
+        expect(after, "the agent's user manager was restarted").not.toBe(before);
+    }, 120_000);
 
     it("converges when the gateway joins, without waiting for a timer", async () => {
         fs.writeFileSync(path.join(state(), `peer-${gatewayHost}`), `${GATEWAY}\n`);

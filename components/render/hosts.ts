@@ -119,7 +119,7 @@ function commonFiles(cfg: StackConfig, role: HostRole, units: HostUnits): HostFi
             agentUser: cfg.agent.user,
             subordinateIds: `${AGENT_SUBORDINATE_IDS.first}-${AGENT_SUBORDINATE_IDS.last}`,
         }),
-        config("/etc/systemd/user/docker.service", "systemd/user/docker.service"),
+        config("/etc/systemd/user/docker.service", "systemd/user/docker.service", { agentUser: cfg.agent.user }),
         { path: COMPOSE_TEMPLATE_PATH, content: units.compose, permissions: "0644" },
         config("/etc/systemd/system/airlock-tailnet-config.service", "systemd/airlock-tailnet-config.service", {
             after: (units.tailnetConfigRequires ?? []).join(" "),
@@ -127,8 +127,9 @@ function commonFiles(cfg: StackConfig, role: HostRole, units: HostUnits): HostFi
             execStart: units.tailnetConfig.map((line) => `ExecStart=${line}`).join("\n"),
             execStartPost: unitLines("ExecStartPost", units.tailnetConfigPost),
         }),
-        config("/etc/systemd/user/airlock-workloads.path", "systemd/user/airlock-workloads.path"),
+        config("/etc/systemd/user/airlock-workloads.path", "systemd/user/airlock-workloads.path", { agentUser: cfg.agent.user }),
         config("/etc/systemd/user/airlock-workloads.service", "systemd/user/airlock-workloads.service", {
+            agentUser: cfg.agent.user,
             execStartPre: unitLines("ExecStartPre", units.workloadsPre),
         }),
         // The agent's manager only: other users' sessions (the operator, a package's
@@ -196,6 +197,8 @@ export function renderSandbox(cfg: StackConfig, images: ResolvedImages): Rendere
         { path: "/etc/airlock/resolv.conf.in", content: "# airlock: the gateway's AdGuard Home is the only resolver.\nnameserver @RESOLVER_IPV4@\noptions edns0\n", permissions: "0644" },
         { path: EGRESS_RULES_PATH, content: renderEgressRules(cfg), permissions: "0600" },
         config(`/etc/systemd/system/${EGRESS_UNIT}`, "systemd/airlock-egress.service"),
+        config("/etc/systemd/system/airlock-egress-watch.service", "systemd/airlock-egress-watch.service"),
+        config("/etc/systemd/system/airlock-egress-watch.timer", "systemd/airlock-egress-watch.timer"),
         { path: "/etc/airlock/egress-resolver.nft.in", content: renderTemplate("nftables/egress-resolver.nft", {}), permissions: "0600" },
         { path: "/etc/airlock/docker-daemon.json.in", content: '{ "dns": ["@RESOLVER_IPV4@"] }\n', permissions: "0644" },
         script("/usr/local/sbin/airlock-egress-refresh", "scripts/egress-refresh", { allowlist: cfg.dns.allowlist.map((d) => `"${d}"`).join(" ") }),
