@@ -18,6 +18,8 @@ readonly PACKAGES=(
 	nftables                      # nft --check on the rendered egress rules
 	busybox-static                # the test images' userland
 	restic postgresql             # backup and restore drill for real
+	python3 pyflakes3 openssl     # the gateway's python3 tools (secrets, GitHub tokens): run and linted
+	sudo e2fsprogs                # secrets push through the operator's sudo; the runtime's state filesystem
 )
 
 if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then

@@ -118,10 +118,15 @@ describe.runIf(toolsAvailable("cloud-init schema", ["cloud-init"]))("cloud-init 
 
 describe.runIf(toolsAvailable("shellcheck", ["shellcheck"]))("shellcheck", () => {
     const scripts = hosts.flatMap(([label, host]) =>
-        host.files.filter((f) => f.permissions === "0755").map((f) => [`${label}:${f.path}`, f.content] as const),
+        host.files.filter((f) => f.permissions === "0755" && f.content.startsWith("#!/bin/bash\n")).map((f) => [`${label}:${f.path}`, f.content] as const),
     );
 
-    it("finds the scripts", () => expect(scripts.length).toBeGreaterThanOrEqual(12));
+    it("finds the scripts, and every executable is bash or python3", () => {
+        expect(scripts.length).toBeGreaterThanOrEqual(12);
+        for (const [label, host] of hosts) {
+            for (const f of host.files.filter((file) => file.permissions === "0755")) expect(f.content, `${label}:${f.path}`).toMatch(/^#!(\/bin\/bash|\/usr\/bin\/python3)\n/);
+        }
+    });
 
     it.each(scripts)("%s passes shellcheck", (_, content) => {
         const file = path.join(tempDir("sh"), "script");
@@ -129,6 +134,25 @@ describe.runIf(toolsAvailable("shellcheck", ["shellcheck"]))("shellcheck", () =>
         const result = run("shellcheck", ["--shell=bash", "--severity=style", file]);
         expect(result.stdout).toBe("");
         expect(result.status).toBe(0);
+    });
+});
+
+describe.runIf(toolsAvailable("python tools", ["python3", "pyflakes3"]))("python3 tools", () => {
+    const tools = hosts.flatMap(([label, host]) =>
+        host.files.filter((f) => f.content.startsWith("#!/usr/bin/python3\n")).map((f) => [`${label}:${f.path}`, f.content] as const),
+    );
+
+    it("finds them", () => expect(tools.length).toBeGreaterThanOrEqual(2));
+
+    it.each(tools)("%s compiles and passes pyflakes", (_, content) => {
+        const file = path.join(tempDir("py"), "tool.py");
+        fs.writeFileSync(file, content);
+        const compiled = run("/usr/bin/python3", ["-m", "py_compile", file]);
+        expect(compiled.stderr).toBe("");
+        expect(compiled.status).toBe(0);
+        const flakes = run("pyflakes3", [file]);
+        expect(flakes.stdout + flakes.stderr).toBe("");
+        expect(flakes.status).toBe(0);
     });
 });
 

@@ -1,7 +1,15 @@
 import * as YAML from "yaml";
 import type { StackConfig } from "../config/schema";
+import { GITHUB_APP_KEY_SECRET, GITHUB_REPOSITORY_PERMISSIONS } from "../config/automation";
+import { FORBIDDEN_ENV } from "../config/schema";
 import {
     adguardDataDir,
+    AGENT_MEMORY_VOLUME,
+    AGENT_SERVICE,
+    AGENT_STATE_IMAGE,
+    AGENT_STATE_MOUNT,
+    AGENT_STATE_VOLUME,
+    GATEWAY_AGENT_PATHS,
     renderAdguardConfig,
     renderEgressRules,
     renderGatewayCompose,
@@ -155,7 +163,7 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
     // The rendered AdGuard config replaces the live one at every start: this stack is the source of truth.
     const workloadsPre = [`/usr/bin/install -D -m 0600 /etc/airlock/adguard/AdGuardHome.yaml ${adguard}/conf/AdGuardHome.yaml`, `/usr/bin/mkdir -p ${adguard}/work`];
     const files: HostFile[] = [
-        ...commonFiles(cfg, "gateway", renderGatewayCompose(cfg, images), [renderCompose], ["airlock-tailnet-config.service"], workloadsPre),
+        ...commonFiles(cfg, "gateway", renderGatewayCompose(cfg, images), [renderCompose], ["airlock-tailnet-config.service", ...agentUnits(cfg)], workloadsPre),
         {
             path: SSHD_TEMPLATE_PATH,
             content: renderTemplate("sshd/gateway.sshd_config", { adminUser }),
@@ -185,11 +193,99 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
         }),
         script("/usr/local/sbin/airlock-gateway-agent-key", "scripts/gateway-agent-key", { agentUser: user }),
         { path: "/etc/airlock/adguard/AdGuardHome.yaml", content: renderAdguardConfig(cfg), permissions: "0644" },
+        ...agentRuntimeFiles(cfg),
+        ...githubTokenFiles(cfg),
         ...backupFiles(cfg),
         // Rootless Docker publishes AdGuard's port 53 as the agent user.
         { path: "/etc/sysctl.d/60-airlock-dns-port.conf", content: "# airlock: let the agent's rootless Docker publish DNS (53) on the tailnet address.\nnet.ipv4.ip_unprivileged_port_start = 53\n", permissions: "0644" },
     ];
-    return assemble(cfg, "gateway", files, { adminUser, agentUser: user, agentUid: cfg.agent.uid, enableBackupTimers: ["systemctl", "enable", "--now", ...backupTimers(cfg)] });
+    // The runtime's filesystem and secrets exist before its compose file is checked and started.
+    const enableFirst = [...agentUnits(cfg), ...(cfg.gateway.github ? ["airlock-github-token.socket", "airlock-github-token-revoke.timer"] : [])];
+    return assemble(
+        cfg,
+        "gateway",
+        files,
+        { adminUser, agentUser: user, agentUid: cfg.agent.uid, enableBackupTimers: ["systemctl", "enable", "--now", ...backupTimers(cfg)] },
+        enableFirst.length > 0 ? [["systemctl", "enable", "--now", ...enableFirst]] : [],
+    );
+}
+
+/** System units the agent runtime needs before the agent's user manager starts its rootless Docker. */
+function agentUnits(cfg: StackConfig): string[] {
+    return cfg.gateway.agent ? ["airlock-agent-state.service", "airlock-agent-secrets.service"] : [];
+}
+
+/** As the JSON literal a Python script reads (JSON strings and lists are Python literals). */
+const py = (value: unknown) => JSON.stringify(value);
+
+/**
+ * The runtime's secrets (delivered by `airlock secrets push`, staged at boot) and the
+ * fixed-size filesystem its volumes live on.
+ */
+function agentRuntimeFiles(cfg: StackConfig): HostFile[] {
+    const runtime = cfg.gateway.agent;
+    if (!runtime) return [];
+    const user = cfg.agent.user;
+    const runtimeDir = `/run/user/${cfg.agent.uid}`;
+    // Recreates only the runtime's container, as the agent, so it reads the new env file.
+    const restart = [
+        "/usr/sbin/runuser", "-u", user, "--", "/usr/bin/env", `XDG_RUNTIME_DIR=${runtimeDir}`, `DOCKER_HOST=unix://${runtimeDir}/docker.sock`,
+        "/usr/bin/docker-compose", "--project-name", "airlock", "--file", "/etc/airlock/compose.yml", "up", "--detach", "--no-deps", "--force-recreate", AGENT_SERVICE,
+    ];
+    const volumes = [AGENT_STATE_VOLUME, ...(runtime.memoryDb.enabled ? [AGENT_MEMORY_VOLUME] : [])];
+    return [
+        script(AGENT_SECRETS_TOOL, "agent/secrets", {
+            secretsFile: py(GATEWAY_AGENT_PATHS.secrets),
+            runtimeEnv: py(GATEWAY_AGENT_PATHS.runtimeEnv),
+            agentUser: py(user),
+            appKeySecret: py(GITHUB_APP_KEY_SECRET),
+            restart: py(restart),
+            forbiddenNames: py(FORBIDDEN_ENV.source),
+        }),
+        config("/etc/systemd/system/airlock-agent-secrets.service", "systemd/airlock-agent-secrets.service", { agentUid: String(cfg.agent.uid) }),
+        script("/usr/local/sbin/airlock-agent-state", "scripts/agent-state", {
+            agentUser: user,
+            stateGb: String(runtime.stateGb),
+            stateImage: AGENT_STATE_IMAGE,
+            stateMount: AGENT_STATE_MOUNT,
+            stateVolumes: volumes.join(" "),
+        }),
+        config("/etc/systemd/system/airlock-agent-state.service", "systemd/airlock-agent-state.service", { agentUid: String(cfg.agent.uid) }),
+    ];
+}
+
+/** Where `airlock secrets push` delivers over ssh (as root, through sudo). */
+export const AGENT_SECRETS_TOOL = "/usr/local/sbin/airlock-agent-secrets";
+/** The minter's state: approvals waiting to be used, tokens waiting to be revoked. */
+export const GITHUB_STATE_DIR = "/var/lib/airlock/github";
+
+/** The per-task GitHub token minter: its config, the tool, its socket and the revocation timer. */
+function githubTokenFiles(cfg: StackConfig): HostFile[] {
+    const github = cfg.gateway.github;
+    if (!github) return [];
+    const p = GATEWAY_AGENT_PATHS;
+    const minterConfig = {
+        appId: github.appId,
+        installationId: github.installationId,
+        maxPermissions: github.maxPermissions,
+        approvalRequired: github.approvalRequired,
+        apiUrl: github.apiUrl,
+    };
+    return [
+        { path: p.githubConfig, content: `${JSON.stringify(minterConfig, null, 2)}\n`, permissions: "0644" },
+        script(p.githubTokenClient, "github/airlock-github-token", {
+            configFile: py(p.githubConfig),
+            secretsFile: py(p.secrets),
+            appKeySecret: py(GITHUB_APP_KEY_SECRET),
+            socketPath: py(p.githubTokenSocket),
+            stateDir: py(GITHUB_STATE_DIR),
+            permissionNames: py(GITHUB_REPOSITORY_PERMISSIONS),
+        }),
+        config("/etc/systemd/system/airlock-github-token.socket", "github/airlock-github-token.socket", { socketPath: p.githubTokenSocket, agentUser: cfg.agent.user }),
+        config("/etc/systemd/system/airlock-github-token@.service", "github/airlock-github-token@.service"),
+        config("/etc/systemd/system/airlock-github-token-revoke.service", "github/airlock-github-token-revoke.service"),
+        config("/etc/systemd/system/airlock-github-token-revoke.timer", "github/airlock-github-token-revoke.timer"),
+    ];
 }
 
 /** One systemd service (alerting on failure) and the timer that starts it. */
@@ -246,7 +342,7 @@ function backupFiles(cfg: StackConfig): HostFile[] {
 }
 
 /** The cloud-init template plus every file as a write_files entry, and the join key file last. */
-function assemble(cfg: StackConfig, role: HostRole, files: HostFile[], vars: Record<string, string | number | string[]>): RenderedHost {
+function assemble(cfg: StackConfig, role: HostRole, files: HostFile[], vars: Record<string, string | number | string[]>, runFirst: string[][] = []): RenderedHost {
     const hostname = cfg.hostnames[role];
     const yamlVars = Object.fromEntries(
         Object.entries({ ...vars, hostname }).map(([name, value]) => [name, JSON.stringify(value)]),
@@ -257,6 +353,13 @@ function assemble(cfg: StackConfig, role: HostRole, files: HostFile[], vars: Rec
         { path: TAILNET_AUTH_KEY_PATH, content: TAILNET_AUTH_KEY_PLACEHOLDER, permissions: "0600", owner: "root:root" },
     ];
     doc.set("write_files", doc.createNode(writeFiles));
+    if (runFirst.length > 0) {
+        // Before the tailnet-addressed files (the compose check) are rendered.
+        const runcmd = doc.get("runcmd") as YAML.YAMLSeq;
+        const at = runcmd.items.findIndex((item) => JSON.stringify((item as YAML.YAMLSeq).toJSON()) === JSON.stringify(["systemctl", "enable", "--now", "airlock-tailnet-config.service"]));
+        if (at < 0) throw new Error(`templates/cloud-init/${role}.yaml: no runcmd enabling airlock-tailnet-config.service`);
+        runcmd.items.splice(at, 0, ...runFirst.map((command) => doc.createNode(command, { flow: true })));
+    }
     if (role === "sandbox") {
         // The host key the gateway pins; no other host keys are generated.
         doc.set("ssh_deletekeys", true);
