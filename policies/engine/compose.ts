@@ -12,6 +12,8 @@ import type { Problem } from "./finding";
 export interface ComposeFile {
     containers: ContainerSpec[];
     networks: Record<string, any>;
+    /** Top-level named volumes (a local bind volume is judged as a bind mount of its device). */
+    volumes: Record<string, any>;
     /** Problems found while resolving (an unreadable `extends` file, a cycle). */
     problems: Problem[];
 }
@@ -21,6 +23,7 @@ export class ComposeParseError extends Error {}
 interface LoadedCompose {
     services: Record<string, any>;
     networks: Record<string, any>;
+    volumes: Record<string, any>;
     lines: Record<string, number>;
 }
 
@@ -38,7 +41,7 @@ function load(text: string, label: string): LoadedCompose {
             if (key?.range) lines[String(key.value)] = lineCounter.linePos(key.range[0]).line;
         }
     }
-    return { services: data.services ?? {}, networks: data.networks ?? {}, lines };
+    return { services: data.services ?? {}, networks: data.networks ?? {}, volumes: data.volumes ?? {}, lines };
 }
 
 /** Keys whose sequences replace rather than append when a service extends another. */
@@ -101,7 +104,7 @@ export function parseCompose(text: string, file?: string): ComposeFile {
 
     const dir = file ? path.dirname(path.resolve(file)) : undefined;
     const containers = Object.keys(root.services).map((name) =>
-        fromComposeService(name, resolve(root, dir, name, []), root.lines[name]),
+        fromComposeService(name, resolve(root, dir, name, []), root.lines[name], root.volumes ?? {}),
     );
-    return { containers, networks: root.networks, problems };
+    return { containers, networks: root.networks, volumes: root.volumes ?? {}, problems };
 }

@@ -72,8 +72,24 @@ const asStrings = (value: unknown): string[] => (Array.isArray(value) ? value.ma
 
 export const normalizeCapability = (cap: string) => cap.trim().toUpperCase().replace(/^CAP_/, "");
 
+/**
+ * A compose file's top-level named volume that is really a host directory: the local
+ * driver with a bind (`driver_opts: {type: none, o: bind, device: /etc}`) mounts
+ * `device`, so rules must see a bind mount of it, not an opaque volume.
+ */
+export function namedVolumeSource(definition: unknown): Pick<Mount, "source" | "type"> | undefined {
+    if (definition === null || typeof definition !== "object") return undefined;
+    const { driver, driver_opts: opts } = definition as { driver?: unknown; driver_opts?: Record<string, unknown> };
+    if (!opts || typeof opts !== "object") return undefined;
+    const device = opts.device === undefined ? undefined : String(opts.device);
+    const local = driver === undefined || driver === "local";
+    if (local && /(^|,)r?bind(,|$)/.test(String(opts.o ?? ""))) return { source: device, type: "bind" };
+    // A plugin driver or another local mount type: whatever it mounts, it is not a plain volume.
+    return local && device === undefined ? undefined : { source: device, type: "other" };
+}
+
 /** A compose service (already merged with what it extends) -> ContainerSpec. */
-export function fromComposeService(name: string, service: Record<string, any>, line?: number): ContainerSpec {
+export function fromComposeService(name: string, service: Record<string, any>, line?: number, namedVolumes: Record<string, unknown> = {}): ContainerSpec {
     const limits = service.deploy?.resources?.limits ?? {};
     return {
         name,
@@ -93,7 +109,7 @@ export function fromComposeService(name: string, service: Record<string, any>, l
             cgroup: String(service.cgroup ?? ""),
         },
         devices: [...asStrings(service.devices).map((d) => (typeof d === "string" ? d : JSON.stringify(d))), ...asStrings(service.device_cgroup_rules)],
-        mounts: (Array.isArray(service.volumes) ? service.volumes : []).map(composeMount),
+        mounts: (Array.isArray(service.volumes) ? service.volumes : []).map((v: unknown) => withNamedVolume(composeMount(v), namedVolumes)),
         ports: (Array.isArray(service.ports) ? service.ports : []).map(composePort),
         pidsLimit: service.pids_limit ?? limits.pids,
         memoryLimit: service.mem_limit ?? limits.memory,
@@ -113,6 +129,12 @@ function composeMount(volume: unknown): Mount {
     const long = (volume ?? {}) as { type?: string; source?: string; target?: string };
     const type = long.type === "bind" || long.type === "volume" || long.type === "tmpfs" ? long.type : "other";
     return { source: long.source, target: String(long.target ?? ""), type };
+}
+
+function withNamedVolume(mount: Mount, namedVolumes: Record<string, unknown>): Mount {
+    if (mount.type !== "volume" || mount.source === undefined) return mount;
+    const resolved = namedVolumeSource(namedVolumes[mount.source]);
+    return resolved ? { ...mount, ...resolved } : mount;
 }
 
 function composePort(port: unknown): PortBinding {
