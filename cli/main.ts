@@ -13,6 +13,7 @@ import { evaluateChecklist, formatChecklist } from "./checklist";
 import { runDoctor } from "./doctor";
 import { forkStack, ForkRefused } from "./fork";
 import { formatSummary, summarize, writePlan } from "./plan";
+import { addSecretsCommand } from "./secrets";
 import { paint, status, step } from "./style";
 
 /** Exit codes, the same for every command. */
@@ -177,6 +178,8 @@ program
         }
         exitCode = failed.length > 0 ? EXIT.violations : EXIT.clean;
     });
+
+addSecretsCommand(program, { stacksDir, done: (code) => (exitCode = code) });
 
 function readText(file: string): string {
     try {

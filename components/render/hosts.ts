@@ -234,7 +234,7 @@ function agentRuntimeFiles(cfg: StackConfig): HostFile[] {
     ];
     const volumes = [AGENT_STATE_VOLUME, ...(runtime.memoryDb.enabled ? [AGENT_MEMORY_VOLUME] : [])];
     return [
-        script(AGENT_SECRETS_TOOL, "agent/secrets", {
+        script(GATEWAY_AGENT_PATHS.secretsTool, "agent/secrets", {
             secretsFile: py(GATEWAY_AGENT_PATHS.secrets),
             runtimeEnv: py(GATEWAY_AGENT_PATHS.runtimeEnv),
             agentUser: py(user),
@@ -254,8 +254,6 @@ function agentRuntimeFiles(cfg: StackConfig): HostFile[] {
     ];
 }
 
-/** Where `airlock secrets push` delivers over ssh (as root, through sudo). */
-export const AGENT_SECRETS_TOOL = "/usr/local/sbin/airlock-agent-secrets";
 /** The minter's state: approvals waiting to be used, tokens waiting to be revoked. */
 export const GITHUB_STATE_DIR = "/var/lib/airlock/github";
 

@@ -134,6 +134,8 @@ export function renderSandboxCompose(cfg: StackConfig, images: ResolvedImages): 
 
 /** Where things the agent runtime reads live on the gateway (host paths). */
 export const GATEWAY_AGENT_PATHS = {
+    /** What `airlock secrets push|status` runs on the gateway, through the operator's sudo. */
+    secretsTool: "/usr/local/sbin/airlock-agent-secrets",
     /** Written by `airlock secrets push` (root, 0600); only root tools read it. */
     secrets: "/etc/airlock/agent/secrets.json",
     /** The runtime's share of the secrets, staged from the file above at boot and on every push (root:agent, 0440, tmpfs). */
