@@ -229,7 +229,7 @@ function agentRuntimeFiles(cfg: StackConfig): HostFile[] {
     const runtimeDir = `/run/user/${cfg.agent.uid}`;
     // Recreates only the runtime's container, as the agent, so it reads the new env file.
     const restart = [
-        "/usr/sbin/runuser", "-u", user, "--", "/usr/bin/env", `XDG_RUNTIME_DIR=${runtimeDir}`, `DOCKER_HOST=unix://${runtimeDir}/docker.sock`,
+        "/usr/sbin/runuser", "-u", user, "--", "/usr/bin/env", `HOME=/home/${user}`, `XDG_RUNTIME_DIR=${runtimeDir}`, `DOCKER_HOST=unix://${runtimeDir}/docker.sock`,
         "/usr/bin/docker-compose", "--project-name", "airlock", "--file", "/etc/airlock/compose.yml", "up", "--detach", "--no-deps", "--force-recreate", AGENT_SERVICE,
     ];
     const volumes = [AGENT_STATE_VOLUME, ...(runtime.memoryDb.enabled ? [AGENT_MEMORY_VOLUME] : [])];
