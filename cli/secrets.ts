@@ -1,11 +1,10 @@
 import { spawn } from "node:child_process";
 import * as path from "node:path";
-import type { Command } from "commander";
 import { GITHUB_APP_KEY_SECRET, deployCredential } from "../components/config/automation";
 import { ConfigError, readStackFile } from "../components/config/load";
 import type { StackConfig } from "../components/config/schema";
 import { GATEWAY_AGENT_PATHS } from "../components/workloads/compose";
-import { stackFilePath } from "./offline";
+import { stackFilePath } from "./stacks";
 import { status as mark } from "./style";
 
 /**
@@ -216,39 +215,4 @@ export async function secretsStatus(options: SecretsOptions): Promise<Outcome> {
     ];
     const clean = rows.every((r) => r.state === "present");
     return { code: clean ? 0 : 1, lines, json: { gateway, secrets: rows } };
-}
-
-async function readAll(stream: NodeJS.ReadableStream): Promise<string> {
-    let text = "";
-    for await (const chunk of stream) text += chunk.toString();
-    return text;
-}
-
-/** Adds `airlock secrets push|status` to the CLI (as subcommands, so they inherit its exit and output settings). */
-export function addSecretsCommand(program: Command, context: { stacksDir: () => string; done: (code: number) => void }): Command {
-    const report = (outcome: Outcome, json?: boolean) => {
-        if (json) process.stdout.write(`${JSON.stringify(outcome.json, null, 2)}\n`);
-        else if (outcome.lines.length > 0) process.stdout.write(`${outcome.lines.join("\n")}\n`);
-        if (outcome.error) process.stderr.write(`${outcome.error}\n`);
-        context.done(outcome.code);
-    };
-    const secrets = program.command("secrets").description("the agent runtime's secrets on the gateway: delivered at run time, names only in output");
-    secrets
-        .command("push")
-        .description("deliver the stack's agent secrets (from Pulumi, or --stdin JSON) to the gateway and restart the runtime")
-        .requiredOption("--stack <name>", "stack name")
-        .option("--stdin", 'read {"NAME": "value", ...} from stdin (CI) instead of asking Pulumi')
-        .option("--ssh-config <file>", "ssh_config to reach the gateway with (ssh -F)")
-        .option("--json", "machine-readable output")
-        .action(async (opts: { stack: string; stdin?: boolean; sshConfig?: string; json?: boolean }) =>
-            report(await pushSecrets({ stacksDir: context.stacksDir(), ...opts }, () => readAll(process.stdin)), opts.json),
-        );
-    secrets
-        .command("status")
-        .description("which secrets the gateway holds, and how long ago each changed")
-        .requiredOption("--stack <name>", "stack name")
-        .option("--ssh-config <file>", "ssh_config to reach the gateway with (ssh -F)")
-        .option("--json", "machine-readable output")
-        .action(async (opts: { stack: string; sshConfig?: string; json?: boolean }) => report(await secretsStatus({ stacksDir: context.stacksDir(), ...opts }), opts.json));
-    return secrets;
 }

@@ -9,7 +9,8 @@ import { GATEWAY_AGENT_PATHS } from "../components/workloads/compose";
 import { importTestImage, startDockerd, TestDocker } from "./helpers/dockerd";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
 import { newHostKey } from "./helpers/sshdRig";
-import { editedStack, REPO, renderedFile, renderHosts, tempDir } from "./helpers/stacks";
+import { AIRLOCK_BIN } from "./helpers/cli";
+import { editedStack, renderedFile, renderHosts, tempDir } from "./helpers/stacks";
 import { installFiles, isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -77,7 +78,7 @@ describe.runIf(canRun)("airlock secrets push to the gateway over ssh", () => {
 
     /** The CLI on the operator's side of the tailnet (the client namespace). */
     function airlock(args: string[], stdin = "") {
-        return run("ip", ["netns", "exec", net.client, process.execPath, "--import", "tsx", path.join(REPO, "cli/main.ts"), "--stacks-dir", stacksDir, ...args], {
+        return run("ip", ["netns", "exec", net.client, process.execPath, AIRLOCK_BIN, "--stacks-dir", stacksDir, ...args], {
             input: stdin,
             env: { ...process.env, HOME: work },
             timeout: 180_000,

@@ -1,9 +1,9 @@
-import { spawnSync } from "node:child_process";
 import { generateKeyPairSync, randomBytes } from "node:crypto";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
-import { editedStack, REPO, tempDir } from "./helpers/stacks";
+import { airlock as airlockBin } from "./helpers/cli";
+import { editedStack, tempDir } from "./helpers/stacks";
 
 /**
  * `airlock secrets push|status` on the operator's side, with stand-ins for the two
@@ -52,14 +52,9 @@ function fakeBin(answer: { ssh: string; sshExit?: number; pulumi?: Record<string
     return { bin, dir };
 }
 
+/** The CLI as users run it, with the stand-ins first on PATH. */
 function airlock(args: string[], bin: string, stdin = "") {
-    const result = spawnSync(process.execPath, ["--import", "tsx", path.join(REPO, "cli/main.ts"), ...args], {
-        encoding: "utf8",
-        cwd: REPO,
-        input: stdin,
-        env: { ...process.env, PATH: `${bin}:${process.env.PATH}` },
-    });
-    return { status: result.status, stdout: result.stdout, stderr: result.stderr };
+    return airlockBin(args, { input: stdin, env: { ...process.env, PATH: `${bin}:${process.env.PATH}` } });
 }
 
 const pushed = (dir: string) => ({ argv: fs.readFileSync(path.join(dir, "ssh-argv"), "utf8"), stdin: fs.readFileSync(path.join(dir, "ssh-stdin"), "utf8") });
