@@ -7,7 +7,7 @@ import { readStackFile } from "../components/config/load";
 import { GITHUB_STATE_DIR } from "../components/render/hosts";
 import { GATEWAY_AGENT_PATHS } from "../components/workloads/compose";
 import { FakeGitHub, startFakeGitHub } from "./helpers/fakeGitHub";
-import { editedStack, renderedFile, renderHosts, tempDir } from "./helpers/stacks";
+import { editedStack, REPO, renderedFile, renderHosts, tempDir } from "./helpers/stacks";
 import { hasCommand, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -40,6 +40,17 @@ function runTool(args: string[], input = "", env: NodeJS.ProcessEnv = process.en
         child.stdin.end(input);
     });
 }
+
+/** The README's sh code block that starts with `start`. */
+function readmeBlock(start: string): string {
+    const readme = fs.readFileSync(path.join(REPO, "README.md"), "utf8");
+    const block = [...readme.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]).find((b) => b.startsWith(start));
+    if (!block) throw new Error(`README.md has no sh block starting with ${start}`);
+    return block;
+}
+
+/** The README's approval command, without its sudo. */
+const readmeApproval = () => readmeBlock("sudo airlock-github-token --approve").trim().split(/\s+/).slice(2);
 
 const pem = (key: KeyObject) => key.export({ type: "pkcs1", format: "pem" }).toString();
 
@@ -204,8 +215,9 @@ describe.runIf(canRun)("airlock-github-token against a fake GitHub", () => {
             // Reading does not need the approval that writing does.
             expect((await ask(["acme/app"], { contents: "read" })).reply.ok).toBe(true);
 
-            const approved = await runTool([tool, "--approve", "--repo", "acme/app", "--permissions", "contents:write", "--for", "10m"]);
-            expect(approved.stdout).toBe("approved once, for 10m: acme/app contents:write\n");
+            // The README's approval command (as root there, through sudo).
+            const approved = await runTool([tool, ...readmeApproval()]);
+            expect(approved.stdout).toBe("approved once, for 30m: acme/app contents:write\n");
             expect((await runTool([tool, "--approve", "--repo", "acme/app", "--permissions", "pull_requests:write"])).stderr).toBe(
                 "airlock-github-token: pull_requests:write needs no approval (not in airlock:gateway.github.approvalRequired)\n",
             );
@@ -240,7 +252,7 @@ describe.runIf(canRun)("airlock-github-token against a fake GitHub", () => {
         let socketPath: string;
 
         beforeAll(async () => {
-            configure({ maxPermissions: { contents: "read" } });
+            configure({ maxPermissions: { contents: "read", pull_requests: "write" } });
             storeKey(pem(app.privateKey));
             socketPath = path.join(dir, "token.sock");
             // What airlock-github-token.socket does: one minter per connection, on its stdin/stdout.
@@ -258,6 +270,26 @@ describe.runIf(canRun)("airlock-github-token against a fake GitHub", () => {
             expect(ran.code).toBe(0);
             expect(ran.stdout).toMatch(/^ghs_\w+\n$/);
             expect(github.tokens.get(ran.stdout.trim())).toEqual({ active: true });
+        });
+
+        it("the README's per-command example: the token reaches ssh's environment, never its command line", async () => {
+            const bin = path.join(dir, "readme-bin");
+            fs.mkdirSync(bin, { recursive: true });
+            fs.copyFileSync(tool, path.join(bin, "airlock-github-token"));
+            fs.chmodSync(path.join(bin, "airlock-github-token"), 0o755);
+            // A stand-in ssh: what it was given, and the GITHUB_TOKEN it would send (SendEnv).
+            fs.writeFileSync(path.join(bin, "ssh"), `#!/bin/bash\nprintf '%s\\n' "$@" > ${dir}/ssh-argv\nprintf '%s' "\${GITHUB_TOKEN:-}" > ${dir}/ssh-token\n`, { mode: 0o755 });
+            const ran = await runTool(["bash", "-euo", "pipefail", "-c", readmeBlock("GITHUB_TOKEN=\"$(airlock-github-token")], "", {
+                ...process.env,
+                PATH: `${bin}:${process.env.PATH}`,
+                AIRLOCK_GITHUB_TOKEN_SOCKET: socketPath,
+            });
+            expect(ran.stderr).toBe("");
+            expect(ran.code).toBe(0);
+            const token = fs.readFileSync(path.join(dir, "ssh-token"), "utf8");
+            expect(token).toMatch(/^ghs_/);
+            expect(fs.readFileSync(path.join(dir, "ssh-argv"), "utf8")).toBe("sandbox\ngit clone https://github.com/acme/app\n");
+            expect(github.mints.at(-1)!.body).toEqual({ repositories: ["app"], permissions: { contents: "read", pull_requests: "write" } });
         });
 
         it("a refusal is one line on stderr, exit 1; a malformed command line is exit 2 without asking", async () => {

@@ -19,7 +19,7 @@ readonly PACKAGES=(
 	busybox-static                # the test images' userland
 	restic postgresql             # backup and restore drill for real
 	python3 pyflakes3 openssl     # the gateway's python3 tools (secrets, GitHub tokens): run and linted
-	sudo e2fsprogs                # secrets push through the operator's sudo; the runtime's state filesystem
+	sudo e2fsprogs jq             # secrets push through the operator's sudo (and the README's CI line); the state filesystem
 )
 
 if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then

@@ -1,9 +1,10 @@
+import { spawnSync } from "node:child_process";
 import { generateKeyPairSync, randomBytes } from "node:crypto";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
 import { airlock as airlockBin } from "./helpers/cli";
-import { editedStack, tempDir } from "./helpers/stacks";
+import { editedStack, REPO, tempDir } from "./helpers/stacks";
 
 /**
  * `airlock secrets push|status` on the operator's side, with stand-ins for the two
@@ -112,6 +113,23 @@ describe("airlock secrets push", () => {
         expect(result.status).toBe(2);
         for (const value of Object.values(secrets)) expect(result.stdout + result.stderr).not.toContain(value);
         expect(fs.existsSync(path.join(fake.dir, "ssh-argv"))).toBe(false);
+    });
+
+    it("the README's CI line: jq builds the object from the environment, the values reach ssh's stdin only", () => {
+        const readme = fs.readFileSync(path.join(REPO, "README.md"), "utf8");
+        const line = /^jq -n .*--stdin$/m.exec(readme)?.[0];
+        expect(line).toBeDefined();
+        const pipe = line!.lastIndexOf(" | ");
+        const [jq, cli] = [line!.slice(0, pipe), line!.slice(pipe + 3)];
+        expect(cli).toBe("npm run -s airlock -- secrets push --stack prod --stdin");
+        const key = generateKeyPairSync("rsa", { modulusLength: 2048 }).privateKey.export({ type: "pkcs1", format: "pem" }).toString();
+        const secrets = { ...values(), GITHUB_APP_PRIVATE_KEY: key };
+        const json = spawnSync("bash", ["-c", jq], { encoding: "utf8", env: { ...process.env, ...secrets } });
+        expect(json.status).toBe(0);
+        const fake = fakeBin({ ssh: JSON.stringify({ delivered: Object.keys(secrets).sort(), removed: [], restarted: true }) });
+        const result = airlock(["--stacks-dir", stackDeclaring(Object.keys(secrets)), "secrets", "push", "--stack", "dev", "--stdin"], fake.bin, json.stdout);
+        expect(result.status).toBe(0);
+        expect(JSON.parse(pushed(fake.dir).stdin)).toEqual(secrets);
     });
 
     it("a stack with a GitHub App must declare the App's key", () => {
