@@ -206,6 +206,22 @@ describe.runIf(canRun)("airlock secrets push to the gateway over ssh", () => {
         expect([staged.uid, staged.mode & 0o777]).toEqual([0, 0o440]);
     });
 
+    it("the runtime container runs hardened, its host files read-only, its state on the state filesystem", () => {
+        const c = JSON.parse(dockerd!.docker(["inspect", "airlock-agent"]).stdout)[0];
+        const h = c.HostConfig;
+        expect(h.CapDrop).toEqual(["ALL"]);
+        expect(h.SecurityOpt).toContain("no-new-privileges:true");
+        expect([h.PidsLimit, h.Memory, h.NanoCpus, h.IpcMode, h.Init, h.Privileged]).toEqual([256, 3 * 1024 ** 3, 1.8e9, "private", true, false]);
+        expect(h.PortBindings ?? {}).toEqual({});
+        const mounts = Object.fromEntries(c.Mounts.map((m: any) => [m.Destination, m]));
+        const readOnly = [GATEWAY_AGENT_PATHS.terminal, GATEWAY_AGENT_PATHS.sshConfig, GATEWAY_AGENT_PATHS.knownHosts].map(moved).concat("/root/.ssh/id_ed25519");
+        for (const target of readOnly) expect(mounts[target]?.RW, target).toBe(false);
+        expect(mounts["/opt/data"]).toMatchObject({ Type: "volume", RW: true });
+        // The named volume's data is the directory on the state filesystem.
+        dockerd!.docker(["exec", "airlock-agent", "sh", "-c", "echo remembered > /opt/data/memory.txt"]);
+        expect(fs.readFileSync(path.join(root, "var/lib/airlock/agent-state/agent-state/memory.txt"), "utf8")).toBe("remembered\n");
+    });
+
     it("an agent-user process on the gateway cannot read the secrets file, nor can the operator without sudo", () => {
         const file = path.join(root, GATEWAY_AGENT_PATHS.secrets);
         for (const user of [AGENT, OPS]) {
