@@ -262,4 +262,15 @@ describe.runIf(canRun)("airlock secrets push to the gateway over ssh", () => {
         expect(fs.readFileSync(path.join(root, GATEWAY_AGENT_PATHS.secrets), "utf8")).toBe(before);
         expect(runtimeEnv()).not.toContain("INJECTED");
     });
+
+    it("a damaged secrets file at boot leaves the runtime without secrets, not the gateway's compose without its env file", () => {
+        const file = path.join(root, GATEWAY_AGENT_PATHS.secrets);
+        const saved = fs.readFileSync(file, "utf8");
+        fs.writeFileSync(file, saved.slice(0, 40));
+        const staged = run(path.join(root, GATEWAY_AGENT_PATHS.secretsTool), ["stage"]);
+        expect(staged.status).toBe(1);
+        expect(staged.stderr).toBe(`airlock-agent-secrets: ${file} is unusable (JSONDecodeError); the runtime starts without secrets until the next push\n`);
+        expect(fs.readFileSync(path.join(root, GATEWAY_AGENT_PATHS.runtimeEnv), "utf8")).toBe("# airlock: the agent runtime's secrets, staged by airlock-agent-secrets; do not edit.\n");
+        fs.writeFileSync(file, saved);
+    });
 });
