@@ -37,6 +37,8 @@ function runTool(args: string[], input = "", env: NodeJS.ProcessEnv = process.en
         child.stdout.on("data", (c: Buffer) => (stdout += c));
         child.stderr.on("data", (c: Buffer) => (stderr += c));
         child.on("close", (code) => resolve({ code, stdout, stderr }));
+        // A tool that exits before reading its stdin closes the pipe; its exit code says why.
+        child.stdin.on("error", () => {});
         child.stdin.end(input);
     });
 }
