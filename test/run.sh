@@ -19,7 +19,10 @@ readonly PACKAGES=(
 	busybox-static                # the test images' userland
 	restic postgresql             # backup and restore drill for real
 	python3 pyflakes3 openssl     # the gateway's python3 tools (secrets, GitHub tokens): run and linted
-	sudo e2fsprogs jq             # secrets push through the operator's sudo (and the README's CI line); the state filesystem
+	sudo e2fsprogs                # secrets push through the operator's sudo; the runtime's state filesystem
+	systemd-container mmdebstrap  # the sandbox's units booted under systemd-nspawn (boot order)
+	ssh-audit                     # the rendered sshd and ssh configs offer no weak algorithm
+	bubblewrap jq                 # the drill's confinement; its snapshot lists; the README's CI line
 )
 
 if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then

@@ -118,7 +118,9 @@ describe.runIf(toolsAvailable("cloud-init schema", ["cloud-init"]))("cloud-init 
 
 describe.runIf(toolsAvailable("shellcheck", ["shellcheck"]))("shellcheck", () => {
     const scripts = hosts.flatMap(([label, host]) =>
-        host.files.filter((f) => f.permissions === "0755" && f.content.startsWith("#!/bin/bash\n")).map((f) => [`${label}:${f.path}`, f.content] as const),
+        host.files
+            .filter((f) => (f.permissions === "0755" && f.content.startsWith("#!/bin/bash\n")) || f.path.endsWith(".sh"))
+            .map((f) => [`${label}:${f.path}`, f.content] as const),
     );
 
     it("finds the scripts, and every executable is bash or python3", () => {

@@ -63,6 +63,8 @@ export const SSHD_TEMPLATE_PATH = "/etc/airlock/sshd_config.in";
 export const COMPOSE_TEMPLATE_PATH = "/etc/airlock/compose.yml.in";
 const RENDER = "/usr/local/sbin/airlock-tailnet-render";
 export const SANDBOX_WRAPPER_PATH = "/usr/local/libexec/airlock/sandbox-shell";
+/** The sandbox's egress rules, loaded by airlock-egress.service before any process of the agent. */
+export const EGRESS_RULES_PATH = "/etc/airlock/egress.nft";
 
 const script = (path: string, template: string, vars: Record<string, string> = {}): HostFile => ({
     path,
@@ -76,11 +78,30 @@ const config = (path: string, template: string, vars: Record<string, string> = {
     permissions: "0644",
 });
 
+/** What differs between the hosts in the files they share. */
+interface HostUnits {
+    compose: string;
+    /** airlock-tailnet-config's ExecStart lines, in order; the first failure fails the unit (and it retries). */
+    tailnetConfig: string[];
+    /** Its ExecStartPost lines after the readiness mark. */
+    tailnetConfigPost?: string[];
+    /** System units airlock-tailnet-config needs started first (Requires= + After=). */
+    tailnetConfigRequires?: string[];
+    /** user@.service drop-in: units a user manager is bound to (BindsTo= + After=), and ones it requires. */
+    userManagerBindsTo?: string[];
+    userManagerRequires?: string[];
+    /** The workloads unit's ExecStartPre lines. */
+    workloadsPre?: string[];
+}
+
+const unitLines = (key: string, lines: string[] = []) => lines.map((line) => `${key}=${line}\n`).join("");
+
 /**
  * Files both hosts carry: tailnet join, tailnet-only sshd, rootless Docker running
  * the host's compose file, and the unit that renders tailnet-addressed files.
  */
-function commonFiles(cfg: StackConfig, role: HostRole, compose: string, tailnetConfig: string[], userUnitsAfter: string[], workloadsPre: string[]): HostFile[] {
+function commonFiles(cfg: StackConfig, role: HostRole, units: HostUnits): HostFile[] {
+    const bound = [...(units.userManagerBindsTo ?? []), ...(units.userManagerRequires ?? [])];
     return [
         script("/usr/local/sbin/airlock-install-tailscale", "scripts/install-tailscale"),
         script("/usr/local/sbin/airlock-tailnet-join", "scripts/tailnet-join", {
@@ -92,41 +113,58 @@ function commonFiles(cfg: StackConfig, role: HostRole, compose: string, tailnetC
         script(RENDER, "scripts/tailnet-render"),
         script(COMPOSE_CHECK, "scripts/compose-check"),
         config("/etc/systemd/system/ssh.service.d/10-airlock-tailnet.conf", "systemd/ssh.service.d/10-airlock-tailnet.conf"),
+        // Debian's PAM stack for sshd, except that pam_env never reads a user's own file.
+        config("/etc/pam.d/sshd", "pam/sshd"),
         script("/usr/local/sbin/airlock-setup-rootless-docker", "scripts/setup-rootless-docker", {
             agentUser: cfg.agent.user,
         }),
         config("/etc/systemd/user/docker.service", "systemd/user/docker.service"),
-        { path: COMPOSE_TEMPLATE_PATH, content: compose, permissions: "0644" },
+        { path: COMPOSE_TEMPLATE_PATH, content: units.compose, permissions: "0644" },
         config("/etc/systemd/system/airlock-tailnet-config.service", "systemd/airlock-tailnet-config.service", {
-            execStart: tailnetConfig.map((line) => `ExecStart=${line}`).join("\n"),
+            after: (units.tailnetConfigRequires ?? []).join(" "),
+            requires: unitLines("Requires", units.tailnetConfigRequires),
+            execStart: units.tailnetConfig.map((line) => `ExecStart=${line}`).join("\n"),
+            execStartPost: unitLines("ExecStartPost", units.tailnetConfigPost),
         }),
+        config("/etc/systemd/user/airlock-workloads.path", "systemd/user/airlock-workloads.path"),
         config("/etc/systemd/user/airlock-workloads.service", "systemd/user/airlock-workloads.service", {
-            execStartPre: workloadsPre.map((line) => `ExecStartPre=${line}\n`).join(""),
+            execStartPre: unitLines("ExecStartPre", units.workloadsPre),
         }),
         config("/etc/systemd/system/user@.service.d/10-airlock.conf", "systemd/user@.service.d/10-airlock.conf", {
-            units: userUnitsAfter.join(" "),
+            dependencies: unitLines("BindsTo", units.userManagerBindsTo) + unitLines("Requires", units.userManagerRequires) + (bound.length > 0 ? `After=${bound.join(" ")}\n` : ""),
         }),
     ];
 }
 
 const COMPOSE_CHECK = "/usr/local/sbin/airlock-compose-check";
 const renderCompose = `${RENDER} --mode 0644 ${COMPOSE_TEMPLATE_PATH} /etc/airlock/compose.yml ${COMPOSE_CHECK}`;
+const EGRESS_UNIT = "airlock-egress.service";
 
 export function renderSandbox(cfg: StackConfig, images: ResolvedImages): RenderedHost {
     const user = cfg.agent.user;
     const resolver = `--resolver ${cfg.hostnames.gateway}`;
     const dockerConfigDir = `/home/${user}/.config/docker`;
+    // What needs only this host's address first; what needs the gateway's (which may
+    // join later) after. The egress rules are in force before either (EGRESS_UNIT).
     const tailnetConfig = [
         renderCompose,
-        `${RENDER} --mode 0644 ${resolver} /etc/airlock/resolv.conf.in /etc/resolv.conf`,
-        // The agent's Docker daemon resolves through the same resolver.
-        `/usr/bin/install -d -o ${user} -g ${user} ${dockerConfigDir}`,
+        // The agent's Docker daemon resolves through the same resolver; the directory is root's.
+        `/usr/bin/install -d -o root -g root -m 0755 ${dockerConfigDir}`,
         `${RENDER} --mode 0644 ${resolver} /etc/airlock/docker-daemon.json.in ${dockerConfigDir}/daemon.json`,
-        `${RENDER} ${resolver} /etc/airlock/egress.nft.in /etc/airlock/egress.nft /usr/sbin/nft --check --file`,
-        "/usr/sbin/nft --file /etc/airlock/egress.nft",
+        `${RENDER} --mode 0644 ${resolver} /etc/airlock/resolv.conf.in /etc/resolv.conf`,
+        `${RENDER} ${resolver} /etc/airlock/egress-resolver.nft.in /etc/airlock/egress-resolver.nft /usr/sbin/nft --check --file`,
+        "/usr/sbin/nft --file /etc/airlock/egress-resolver.nft",
     ];
     const files: HostFile[] = [
-        ...commonFiles(cfg, "sandbox", renderSandboxCompose(cfg, images), tailnetConfig, ["airlock-workspace.service", "airlock-tailnet-config.service"], []),
+        ...commonFiles(cfg, "sandbox", {
+            compose: renderSandboxCompose(cfg, images),
+            tailnetConfig,
+            // The allowlist's addresses now that names resolve, without waiting for the timer.
+            tailnetConfigPost: ["/usr/bin/systemctl start --no-block airlock-egress-refresh.service"],
+            tailnetConfigRequires: [EGRESS_UNIT],
+            userManagerBindsTo: [EGRESS_UNIT],
+            userManagerRequires: ["airlock-workspace.service"],
+        }),
         {
             path: SSHD_TEMPLATE_PATH,
             content: renderTemplate("sshd/sandbox.sshd_config", {
@@ -144,10 +182,13 @@ export function renderSandbox(cfg: StackConfig, images: ResolvedImages): Rendere
         script(SANDBOX_WRAPPER_PATH, "scripts/sandbox-shell", {
             envAllowlist: cfg.agent.envAllowlist.join(" "),
         }),
+        script("/usr/local/sbin/airlock-agent-home", "scripts/agent-home", { agentUser: user }),
         script("/usr/local/sbin/airlock-mount-workspace", "scripts/mount-workspace", { agentUser: user }),
         config("/etc/systemd/system/airlock-workspace.service", "systemd/airlock-workspace.service"),
         { path: "/etc/airlock/resolv.conf.in", content: "# airlock: the gateway's AdGuard Home is the only resolver.\nnameserver @RESOLVER_IPV4@\noptions edns0\n", permissions: "0644" },
-        { path: "/etc/airlock/egress.nft.in", content: renderEgressRules(cfg), permissions: "0600" },
+        { path: EGRESS_RULES_PATH, content: renderEgressRules(cfg), permissions: "0600" },
+        config(`/etc/systemd/system/${EGRESS_UNIT}`, "systemd/airlock-egress.service"),
+        { path: "/etc/airlock/egress-resolver.nft.in", content: renderTemplate("nftables/egress-resolver.nft", {}), permissions: "0600" },
         { path: "/etc/airlock/docker-daemon.json.in", content: '{ "dns": ["@RESOLVER_IPV4@"] }\n', permissions: "0644" },
         script("/usr/local/sbin/airlock-egress-refresh", "scripts/egress-refresh", { allowlist: cfg.dns.allowlist.map((d) => `"${d}"`).join(" ") }),
         config("/etc/systemd/system/airlock-egress-refresh.service", "systemd/airlock-egress-refresh.service"),
@@ -163,7 +204,9 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
     // The rendered AdGuard config replaces the live one at every start: this stack is the source of truth.
     const workloadsPre = [`/usr/bin/install -D -m 0600 /etc/airlock/adguard/AdGuardHome.yaml ${adguard}/conf/AdGuardHome.yaml`, `/usr/bin/mkdir -p ${adguard}/work`];
     const files: HostFile[] = [
-        ...commonFiles(cfg, "gateway", renderGatewayCompose(cfg, images), [renderCompose], ["airlock-tailnet-config.service", ...agentUnits(cfg)], workloadsPre),
+        // The runtime's units order themselves before the compose check and the user manager
+        // (Before=), without being required: a runtime that cannot start must not stop DNS.
+        ...commonFiles(cfg, "gateway", { compose: renderGatewayCompose(cfg, images), tailnetConfig: [renderCompose], workloadsPre }),
         {
             path: SSHD_TEMPLATE_PATH,
             content: renderTemplate("sshd/gateway.sshd_config", { adminUser }),
@@ -301,18 +344,25 @@ export function backupTimers(cfg: StackConfig): string[] {
         .filter((t): t is string => t !== undefined);
 }
 
+/** Where the backup scripts' shared functions live (sourced, never run). */
+export const BACKUP_LIB_PATH = "/usr/local/lib/airlock/backup.sh";
+
 /**
  * Backups run from the gateway: its own data, and the sandbox's /workspace (and
  * database) pulled over the agent's ssh path, so the sandbox never holds a backup
- * key. Scripts and units are rendered from templates/backup.
+ * key. The operator initialises each repository once (airlock-backup-init) and its
+ * id is pinned; everything from the sandbox is read only inside the confinement
+ * (airlock-confined-restore, the drill's archive listing). Scripts and units are
+ * rendered from templates/backup.
  */
 function backupFiles(cfg: StackConfig): HostFile[] {
     const withDatabase = cfg.workloads.postgres.enabled;
     const shellQuoted = (value: string | undefined) => (value ? `'${value.replace(/'/g, "'\\''")}'` : '""');
     const files: HostFile[] = [
+        config(BACKUP_LIB_PATH, "backup/lib.sh", { agentUser: cfg.agent.user }),
+        script("/usr/local/sbin/airlock-backup-init", "backup/init"),
         script("/usr/local/sbin/airlock-backup", "backup/backup", {
             heartbeatUrl: shellQuoted(cfg.backup.heartbeatUrl),
-            agentUser: cfg.agent.user,
             gatewayPaths: `/etc/airlock /home/${cfg.agent.user}/.local/share/airlock`,
         }),
         script("/usr/local/sbin/airlock-restic-check", "backup/check"),
@@ -320,6 +370,7 @@ function backupFiles(cfg: StackConfig): HostFile[] {
             drillTables: cfg.backup.drillTables.join(" "),
             withDatabase: String(withDatabase),
         }),
+        script("/usr/local/sbin/airlock-confined-restore", "backup/confined-restore"),
         script("/usr/local/sbin/airlock-alert", "backup/alert", { alertWebhookUrl: shellQuoted(cfg.backup.alertWebhookUrl) }),
         config("/etc/systemd/system/airlock-alert@.service", "backup/alert@.service"),
         // The drill's scratch PostgreSQL: no cluster of its own on the gateway.
@@ -332,7 +383,7 @@ function backupFiles(cfg: StackConfig): HostFile[] {
     ];
     if (withDatabase) {
         files.push(
-            script("/usr/local/sbin/airlock-db-dump", "backup/db-dump", { agentUser: cfg.agent.user }),
+            script("/usr/local/sbin/airlock-db-dump", "backup/db-dump"),
             ...scheduled("airlock-db-dump", "hourly dump of the sandbox's database", "/usr/local/sbin/airlock-db-dump", "hourly", "5min"),
         );
     }

@@ -269,6 +269,6 @@ export function renderEgressRules(cfg: StackConfig): string {
     return renderTemplate("nftables/sandbox-egress.nft", {
         mode: cfg.dns.mode,
         agentUid,
-        agentEgressRules: renderTemplate(`nftables/agent-egress-${cfg.dns.mode}.nft`, { agentUid }).replace(/\n$/, ""),
+        agentEgressRules: renderTemplate(`nftables/agent-egress-${cfg.dns.mode}.nft`, {}).replace(/\n$/, ""),
     });
 }
