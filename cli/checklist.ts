@@ -299,7 +299,7 @@ const MANUAL: ManualItem[] = [
         section: "recovery",
         id: "restore-drill-done",
         title: "A restore has been rehearsed",
-        instruction: "Run `sudo airlock-restore-drill` on the gateway once (it also runs monthly), and record the date here.",
+        instruction: "Run `sudo airlock-restore-drill` on the gateway once - and `sudo airlock-memory-drill` when the runtime has a memory database (both also run monthly) - and record the date here.",
     },
 ];
 

@@ -53,7 +53,7 @@ function testSecrets() {
 describe("airlock:gateway.agent", () => {
     it("applies the defaults in one place: state on a 10 GB filesystem at /data, no memory database, no secrets", () => {
         const cfg = readStackFile(editedStack("dev", (c) => (c["airlock:gateway"].agent = { image: "registry.example/agent:1.0" })));
-        expect(cfg.gateway.agent).toMatchObject({ statePath: "/data", stateGb: 10, memoryDb: { enabled: false, image: "pgvector/pgvector:pg16" }, secrets: [] });
+        expect(cfg.gateway.agent).toMatchObject({ statePath: "/data", stateGb: 10, memoryDb: { enabled: false, image: "pgvector/pgvector:pg15", drillTables: [] }, secrets: [] });
     });
 
     it("keeps only the NAMES of secrets, whether the stack file's ciphertext or Pulumi's decrypted value", () => {
@@ -76,6 +76,7 @@ describe("airlock:gateway.agent", () => {
         ["a secret-looking value in plain environment", withRuntime((c) => (c["airlock:gateway"].agent.environment = { OPENAI_API_KEY: ["sk", "proj", "Zx81kQ0aLm2Nb7Vc4Xd9"].join("-") })), "airlock:gateway.agent.environment.OPENAI_API_KEY: looks like a secret, and environment is rendered into user_data: pulumi config set --secret --path 'airlock:gateway.agent.secrets.OPENAI_API_KEY' instead"],
         ["an unpinned image without resolveDigests", withRuntime((c) => (c["airlock:workloads"].resolveDigests = false)), "airlock:gateway.agent.image: registry.example/agent:1.0 is not pinned: write registry.example/agent:1.0@sha256:<digest>, or set airlock:workloads.resolveDigests: true"],
         ["a relative state path", withRuntime((c) => (c["airlock:gateway"].agent.statePath = "data")), "airlock:gateway.agent.statePath: expected an absolute path like /data"],
+        ["a drill table that is not a table name", withRuntime((c) => (c["airlock:gateway"].agent.memoryDb = { enabled: true, drillTables: ["peers; DROP TABLE x"] })), "airlock:gateway.agent.memoryDb.drillTables[0]: expected a table name like messages or memory.peers"],
     ])("refuses %s with one line naming the key", (_, edit, expected) => {
         expect(problemsOf(edit)).toContain(expected);
     });

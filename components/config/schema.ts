@@ -148,6 +148,9 @@ const stackSecrets = z
     .default({})
     .transform((secrets) => Object.keys(secrets).sort());
 
+/** table or schema.table, as the drills' SQL names it. */
+const tableName = z.string().regex(/^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$/, "expected a table name like messages or memory.peers");
+
 const variableName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "expected a variable name");
 
 /** The agent's runtime on the gateway: one hardened service of the gateway's compose. */
@@ -166,7 +169,14 @@ const agentRuntime = z.strictObject({
     port: z.number().int().min(1024).max(65535).optional(),
     /** PostgreSQL (pgvector-capable) for the runtime's memory, on an internal network. */
     memoryDb: z
-        .strictObject({ enabled: z.boolean().default(false), image: image.default("pgvector/pgvector:pg16"), ...serviceOverrides })
+        .strictObject({
+            enabled: z.boolean().default(false),
+            // PostgreSQL 15, like the gateway's pg_restore: the drill cannot read a newer server's dumps.
+            image: image.default("pgvector/pgvector:pg15"),
+            /** Tables the monthly drill requires to have rows in the restored dump (Hermes: peers, messages). */
+            drillTables: z.array(tableName).default([]),
+            ...serviceOverrides,
+        })
         .prefault({}),
     ...serviceOverrides,
 });
@@ -290,7 +300,7 @@ const stackConfigBase = z.strictObject({
             /** Receives a JSON POST when a backup, check or drill unit fails. */
             alertWebhookUrl: z.url({ protocol: /^https$/ }).optional(),
             /** Tables the monthly restore drill requires to have rows (schema.table or table). */
-            drillTables: z.array(z.string().regex(/^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$/)).default([]),
+            drillTables: z.array(tableName).default([]),
         })
         .prefault({}),
 });

@@ -5,6 +5,8 @@ import { GITHUB_APP_KEY_SECRET, GITHUB_REPOSITORY_PERMISSIONS } from "../config/
 import { FORBIDDEN_ENV } from "../config/schema";
 import {
     adguardDataDir,
+    AGENT_MEMORY_DB_CONTAINER,
+    AGENT_MEMORY_DB_NAME,
     AGENT_MEMORY_VOLUME,
     AGENT_SERVICE,
     AGENT_STATE_IMAGE,
@@ -363,7 +365,9 @@ function backupFiles(cfg: StackConfig): HostFile[] {
         script("/usr/local/sbin/airlock-backup-init", "backup/init"),
         script("/usr/local/sbin/airlock-backup", "backup/backup", {
             heartbeatUrl: shellQuoted(cfg.backup.heartbeatUrl),
-            gatewayPaths: `/etc/airlock /home/${cfg.agent.user}/.local/share/airlock`,
+            // The runtime's state volume; its secrets never (Pulumi holds them; a backup would widen who can read them).
+            gatewayPaths: [`/etc/airlock /home/${cfg.agent.user}/.local/share/airlock`, ...(cfg.gateway.agent ? [`${AGENT_STATE_MOUNT}/${AGENT_STATE_VOLUME}`] : [])].join(" "),
+            gatewayExcludes: cfg.gateway.agent ? `--exclude=${GATEWAY_AGENT_PATHS.secrets} ` : "",
         }),
         script("/usr/local/sbin/airlock-restic-check", "backup/check"),
         script("/usr/local/sbin/airlock-restore-drill", "backup/restore-drill", {
@@ -381,6 +385,19 @@ function backupFiles(cfg: StackConfig): HostFile[] {
         ...scheduled("airlock-restic-check-sandbox", "weekly check of the sandbox's repository", "/usr/local/sbin/airlock-restic-check sandbox", "Sun *-*-* 05:30", "1h"),
         ...scheduled("airlock-restore-drill", "monthly restore drill of the sandbox's backups", "/usr/local/sbin/airlock-restore-drill", "*-*-01 06:00", "2h"),
     ];
+    if (cfg.gateway.agent?.memoryDb.enabled) {
+        files.push(
+            script("/usr/local/sbin/airlock-memory-dump", "backup/memory-dump", {
+                agentUser: cfg.agent.user,
+                agentUid: String(cfg.agent.uid),
+                container: AGENT_MEMORY_DB_CONTAINER,
+                database: AGENT_MEMORY_DB_NAME,
+            }),
+            script("/usr/local/sbin/airlock-memory-drill", "backup/memory-drill", { drillTables: cfg.gateway.agent.memoryDb.drillTables.join(" ") }),
+            ...scheduled("airlock-memory-dump", "hourly dump of the agent runtime's memory database", "/usr/local/sbin/airlock-memory-dump", "hourly", "5min"),
+            ...scheduled("airlock-memory-drill", "monthly restore drill of the agent runtime's memory database", "/usr/local/sbin/airlock-memory-drill", "*-*-01 07:00", "2h"),
+        );
+    }
     if (withDatabase) {
         files.push(
             script("/usr/local/sbin/airlock-db-dump", "backup/db-dump"),

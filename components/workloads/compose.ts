@@ -162,6 +162,7 @@ export const AGENT_STATE_IMAGE = "/var/lib/airlock/agent-state.img";
 export const AGENT_STATE_MOUNT = "/var/lib/airlock/agent-state";
 /** A named volume whose data lives in `dir` on that filesystem. */
 const volumeOnStateFilesystem = (dir: string) => ({ driver_opts: { type: "none", o: "bind", device: `${AGENT_STATE_MOUNT}/${dir}` } });
+export const AGENT_MEMORY_DB_CONTAINER = "airlock-agent-memory-db";
 /** The memory database's name inside its PostgreSQL. */
 export const AGENT_MEMORY_DB_NAME = "memory";
 
@@ -208,7 +209,7 @@ function agentServices(cfg: StackConfig, images: ResolvedImages): { services: Re
     if (runtime.memoryDb.enabled) {
         services[AGENT_MEMORY_DB_SERVICE] = hardened(
             {
-                container_name: "airlock-agent-memory-db",
+                container_name: AGENT_MEMORY_DB_CONTAINER,
                 image: images.agentMemoryDb,
                 cap_add: [...STARTUP_CAPABILITIES],
                 // Reachable only on its internal network, from the runtime.
