@@ -8,7 +8,8 @@ import * as YAML from "yaml";
 import { egressRulesFor } from "./helpers/egress";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
 import { editedStack, REPO, tempDir, renderHosts, renderedFile } from "./helpers/stacks";
-import { installSandboxSshd, newHostKey, pinnedKnownHosts } from "./helpers/sshdRig";
+import { TestBroker } from "./helpers/broker";
+import { installSandboxSshd, newHostKey, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -40,7 +41,7 @@ function agentShell(clientPublicKey: string): string {
     return YAML.parse(sandbox.cloudInit).users.find((u: { name: string }) => u.name === cfg.agent.user).shell;
 }
 
-const canRun = isRoot() && toolsAvailable("e2e sshd in network namespaces", ["ip", "sshd", "ssh", "ssh-keygen", "useradd"]);
+const canRun = isRoot() && toolsAvailable("e2e sshd in network namespaces", ["ip", "sshd", "ssh", "ssh-keygen", "useradd", "socat", "systemd-socket-activate"]);
 if (!isRoot()) console.warn("SKIPPED e2e sshd in network namespaces: needs root (CI runs it as root)");
 
 describe.runIf(canRun)("sandbox sshd end to end", () => {
@@ -54,6 +55,7 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
     let gatewayConfig: string;
     let sandbox: RenderedHost;
     let gateway: RenderedHost;
+    let broker: TestBroker | undefined;
 
     beforeAll(async () => {
         net = createTestNet(String(process.pid % 10000));
@@ -73,6 +75,7 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
         // A root-owned tree (sshd's StrictModes checks every directory up to /).
         root = fs.mkdtempSync("/run/airlock-e2e-");
         const hostPublicKey = installSandboxSshd(sandbox, root);
+        broker = await startSandboxBroker(root, AGENT);
         const state = path.join(root, "state");
         const workspace = path.join(root, "workspace");
         const stubBin = path.join(root, "stub-bin");
@@ -123,10 +126,11 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
         fs.writeFileSync(path.join(clientDir, "known_hosts.other"), pinnedKnownHosts(hosts.gateway, otherPublicKey));
     }, 60_000);
 
-    afterAll(() => {
+    afterAll(async () => {
         // Stop the ControlPersist master, the listener, and any session left behind.
         if (sshd) ssh(["-O", "exit"]);
         sshd?.kill("SIGTERM");
+        await broker?.stop();
         run("pkill", ["--uid", AGENT]);
         net?.close();
         if (root) fs.rmSync(root, { recursive: true, force: true });

@@ -167,7 +167,7 @@ describe("AdGuard Home", () => {
 
     it("publishes DNS on the gateway's tailnet address only", () => {
         const { services } = composeOf(renderHosts(readStackFile(stackFile("dev"))).gateway);
-        expect(services.adguard.ports).toEqual(["@TAILNET_IPV4@:53:53/udp", "@TAILNET_IPV4@:53:53/tcp"]);
+        expect(services.adguard.ports).toEqual(["@TAILNET_IPV4@:10053:53/udp", "@TAILNET_IPV4@:10053:53/tcp"]);
     });
 });
 

@@ -18,6 +18,7 @@ import {
     renderGatewayCompose,
     renderSandboxCompose,
     ResolvedImages,
+    RESOLVER_PUBLISHED_PORT,
 } from "../workloads/compose";
 import { renderTemplate } from "./templates";
 
@@ -65,8 +66,14 @@ export const SSHD_TEMPLATE_PATH = "/etc/airlock/sshd_config.in";
 export const COMPOSE_TEMPLATE_PATH = "/etc/airlock/compose.yml.in";
 const RENDER = "/usr/local/sbin/airlock-tailnet-render";
 export const SANDBOX_WRAPPER_PATH = "/usr/local/libexec/airlock/sandbox-shell";
+/** The gateway's redirect of tailnet DNS to AdGuard Home's published port. */
+export const DNS_REDIRECT_PATH = "/etc/airlock/dns-redirect.nft";
 /** The sandbox's egress rules, loaded by airlock-egress.service before any process of the agent. */
 export const EGRESS_RULES_PATH = "/etc/airlock/egress.nft";
+/** The root broker (one process per connection to its socket) and the wrapper's client for it, beside the wrapper. */
+export const BROKER_PATH = "/usr/local/libexec/airlock/broker";
+export const BROKER_CLIENT_PATH = "/usr/local/libexec/airlock/broker-client.bash";
+export const BROKER_SOCKET_PATH = "/run/airlock/broker.sock";
 
 const script = (path: string, template: string, vars: Record<string, string> = {}): HostFile => ({
     path,
@@ -185,6 +192,7 @@ export function renderSandbox(cfg: StackConfig, images: ResolvedImages): Rendere
             envAllowlist: cfg.agent.envAllowlist.join(" "),
         }),
         script("/usr/local/sbin/airlock-agent-home", "scripts/agent-home", { agentUser: user }),
+        ...brokerFiles(cfg),
         script("/usr/local/sbin/airlock-mount-workspace", "scripts/mount-workspace", { agentUser: user }),
         config("/etc/systemd/system/airlock-workspace.service", "systemd/airlock-workspace.service"),
         { path: "/etc/airlock/resolv.conf.in", content: "# airlock: the gateway's AdGuard Home is the only resolver.\nnameserver @RESOLVER_IPV4@\noptions edns0\n", permissions: "0644" },
@@ -197,6 +205,19 @@ export function renderSandbox(cfg: StackConfig, images: ResolvedImages): Rendere
         config("/etc/systemd/system/airlock-egress-refresh.timer", "systemd/airlock-egress-refresh.timer"),
     ];
     return assemble(cfg, "sandbox", files, { agentUser: user, agentUid: cfg.agent.uid });
+}
+
+/**
+ * The root broker: the only way the wrapper (running as the agent) gets anything
+ * done as root - today the command record, and the checkpoints of issue 12.
+ */
+function brokerFiles(cfg: StackConfig): HostFile[] {
+    return [
+        script(BROKER_PATH, "scripts/broker"),
+        config(BROKER_CLIENT_PATH, "scripts/broker-client.bash"),
+        config("/etc/systemd/system/airlock-broker.socket", "systemd/airlock-broker.socket", { agentUser: cfg.agent.user }),
+        config("/etc/systemd/system/airlock-broker@.service", "systemd/airlock-broker@.service"),
+    ];
 }
 
 export function renderGateway(cfg: StackConfig, images: ResolvedImages): RenderedHost {
@@ -241,8 +262,9 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
         ...agentRuntimeFiles(cfg),
         ...githubTokenFiles(cfg),
         ...backupFiles(cfg),
-        // Rootless Docker publishes AdGuard's port 53 as the agent user.
-        { path: "/etc/sysctl.d/60-airlock-dns-port.conf", content: "# airlock: let the agent's rootless Docker publish DNS (53) on the tailnet address.\nnet.ipv4.ip_unprivileged_port_start = 53\n", permissions: "0644" },
+        // Tailnet DNS to AdGuard Home's unprivileged port: no user may bind below 1024.
+        { path: DNS_REDIRECT_PATH, content: renderTemplate("nftables/gateway-dns-redirect.nft", { resolverPort: String(RESOLVER_PUBLISHED_PORT) }), permissions: "0600" },
+        config("/etc/systemd/system/airlock-dns-redirect.service", "systemd/airlock-dns-redirect.service"),
     ];
     // The runtime's filesystem and secrets exist before its compose file is checked and started.
     const enableFirst = [...agentUnits(cfg), ...(cfg.gateway.github ? ["airlock-github-token.socket", "airlock-github-token-revoke.timer"] : [])];
@@ -339,6 +361,10 @@ function scheduled(name: string, description: string, execStart: string, onCalen
     ];
 }
 
+/** Where the gateway keeps the sandbox's command record, pulled by airlock-audit (root, 0700). */
+export const AUDIT_DIR = "/var/lib/airlock/audit";
+export const AUDIT_CONFIG_PATH = "/etc/airlock/audit.json";
+
 /** The names of the backup timers the gateway enables. */
 export function backupTimers(cfg: StackConfig): string[] {
     return backupFiles(cfg)
@@ -366,7 +392,7 @@ function backupFiles(cfg: StackConfig): HostFile[] {
         script("/usr/local/sbin/airlock-backup", "backup/backup", {
             heartbeatUrl: shellQuoted(cfg.backup.heartbeatUrl),
             // The runtime's state volume; its secrets never (Pulumi holds them; a backup would widen who can read them).
-            gatewayPaths: [`/etc/airlock /home/${cfg.agent.user}/.local/share/airlock`, ...(cfg.gateway.agent ? [`${AGENT_STATE_MOUNT}/${AGENT_STATE_VOLUME}`] : [])].join(" "),
+            gatewayPaths: [`/etc/airlock /home/${cfg.agent.user}/.local/share/airlock ${AUDIT_DIR}`, ...(cfg.gateway.agent ? [`${AGENT_STATE_MOUNT}/${AGENT_STATE_VOLUME}`] : [])].join(" "),
             gatewayExcludes: cfg.gateway.agent ? `--exclude=${GATEWAY_AGENT_PATHS.secrets} ` : "",
         }),
         script("/usr/local/sbin/airlock-restic-check", "backup/check"),
@@ -384,6 +410,7 @@ function backupFiles(cfg: StackConfig): HostFile[] {
         ...scheduled("airlock-restic-check-gateway", "weekly check of the gateway's repository", "/usr/local/sbin/airlock-restic-check gateway", "Sun *-*-* 05:00", "1h"),
         ...scheduled("airlock-restic-check-sandbox", "weekly check of the sandbox's repository", "/usr/local/sbin/airlock-restic-check sandbox", "Sun *-*-* 05:30", "1h"),
         ...scheduled("airlock-restore-drill", "monthly restore drill of the sandbox's backups", "/usr/local/sbin/airlock-restore-drill", "*-*-01 06:00", "2h"),
+        ...auditFiles(cfg),
     ];
     if (cfg.gateway.agent?.memoryDb.enabled) {
         files.push(
@@ -405,6 +432,22 @@ function backupFiles(cfg: StackConfig): HostFile[] {
         );
     }
     return files;
+}
+
+/**
+ * The sandbox's command record comes to the gateway over the same pinned ssh path
+ * as the backups, every 5 minutes; airlock-audit keeps only what extends the chain
+ * it already holds. The querylog of AdGuard Home (and its rotated half) is joined
+ * by `airlock-audit show`.
+ */
+function auditFiles(cfg: StackConfig): HostFile[] {
+    const querylog = `${adguardDataDir(cfg)}/work/data/querylog.json`;
+    const settings = { dir: AUDIT_DIR, ssh: ["runuser", "-u", cfg.agent.user, "--", "ssh", "sandbox"], querylog: [`${querylog}.1`, querylog] };
+    return [
+        { path: "/usr/local/sbin/airlock-audit", content: renderTemplate("audit/airlock-audit", {}), permissions: "0755" },
+        { path: AUDIT_CONFIG_PATH, content: `${JSON.stringify(settings, null, 2)}\n`, permissions: "0644" },
+        ...scheduled("airlock-audit-pull", "pull the sandbox's command record", "/usr/local/sbin/airlock-audit pull", "*:0/5", "30s"),
+    ];
 }
 
 /** The cloud-init template plus every file as a write_files entry, and the join key file last. */

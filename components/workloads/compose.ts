@@ -225,6 +225,13 @@ function agentServices(cfg: StackConfig, images: ResolvedImages): { services: Re
     return { services, networks, volumes };
 }
 
+/**
+ * Where the agent's rootless Docker publishes AdGuard Home on the gateway's tailnet
+ * address: an unprivileged port, reached from the tailnet's port 53 through an
+ * nftables redirect (templates/nftables/gateway-dns-redirect.nft).
+ */
+export const RESOLVER_PUBLISHED_PORT = 10053;
+
 export function renderGatewayCompose(cfg: StackConfig, images: ResolvedImages): string {
     const data = adguardDataDir(cfg);
     const agent = agentServices(cfg, images);
@@ -232,8 +239,8 @@ export function renderGatewayCompose(cfg: StackConfig, images: ResolvedImages): 
         adguard: hardened({
             container_name: "airlock-adguard",
             image: images.adguard,
-            // The sandbox's resolver, on the tailnet address only.
-            ports: [`${TAILNET_IPV4_PLACEHOLDER}:53:53/udp`, `${TAILNET_IPV4_PLACEHOLDER}:53:53/tcp`],
+            // The sandbox's resolver, on the tailnet address only (port 53 there is redirected to it).
+            ports: [`${TAILNET_IPV4_PLACEHOLDER}:${RESOLVER_PUBLISHED_PORT}:53/udp`, `${TAILNET_IPV4_PLACEHOLDER}:${RESOLVER_PUBLISHED_PORT}:53/tcp`],
             volumes: [`${data}/conf:/opt/adguardhome/conf`, `${data}/work:/opt/adguardhome/work`],
             read_only: true,
             networks: ["egress"],

@@ -16,7 +16,7 @@ const CACHE = "/var/cache/airlock-nspawn";
 /** Packages of the booted host: systemd with logind and user managers, nftables, sshd. */
 export const ROOTFS_PACKAGES = [
     "systemd", "systemd-sysv", "dbus", "dbus-user-session", "libpam-systemd",
-    "nftables", "iproute2", "procps", "openssh-server", "passwd", "util-linux",
+    "nftables", "iproute2", "procps", "openssh-server", "passwd", "util-linux", "python3", "socat",
 ];
 
 /** The cached rootfs tarball, built when missing. */
