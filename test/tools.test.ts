@@ -128,12 +128,7 @@ describe.runIf(toolsAvailable("shellcheck", ["shellcheck"]))("shellcheck", () =>
         expect(executables.filter((f) => !/^#!(\/bin\/bash|\/usr\/bin\/python3 -IS)$/.test(f.content.split("\n")[0])).map((f) => f.path)).toEqual([]);
     });
 
-    it("finds the scripts, and every executable is bash or python3", () => {
-        expect(scripts.length).toBeGreaterThanOrEqual(12);
-        for (const [label, host] of hosts) {
-            for (const f of host.files.filter((file) => file.permissions === "0755")) expect(f.content, `${label}:${f.path}`).toMatch(/^#!(\/bin\/bash|\/usr\/bin\/python3)\n/);
-        }
-    });
+    it("finds the scripts", () => expect(scripts.length).toBeGreaterThanOrEqual(12));
 
     it.each(scripts)("%s passes shellcheck", (_, content) => {
         const file = path.join(tempDir("sh"), "script");
