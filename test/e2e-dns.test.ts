@@ -4,6 +4,7 @@ import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import * as YAML from "yaml";
 import { readStackFile } from "../components/config/load";
+import { EGRESS_RULES_PATH } from "../components/render/hosts";
 import { renderAdguardConfig } from "../components/workloads/compose";
 import { createTestNet, inNamespace, TestNet } from "./helpers/netns";
 import { renderHosts, renderedFile, stackFile, tempDir } from "./helpers/stacks";
@@ -119,10 +120,16 @@ describe.runIf(canRun)("allowlist mode: unlisted names are NXDOMAIN and never fo
     it("the sandbox, under its rendered nftables rules, reaches the resolver and no other", () => {
         const sandbox = renderHosts(readStackFile(stackFile("prod"))).sandbox;
         const rules = path.join(dir, "egress.nft");
-        fs.writeFileSync(rules, renderedFile(sandbox, "/etc/airlock/egress.nft.in").replaceAll("@RESOLVER_IPV4@", net.serverTailnet));
+        fs.writeFileSync(rules, renderedFile(sandbox, EGRESS_RULES_PATH));
         expect(dig(net.serverPublic, "github.com").status).toBe("NOERROR"); // reachable before the rules
         const loaded = inNamespace(net.client, ["nft", "--file", rules]);
         expect(loaded.stderr).toBe("");
+        // Until the tailnet names the resolver, no DNS at all; then the resolver only.
+        expect(dig(net.serverTailnet, "github.com").status).toBeNull();
+        // What airlock-tailnet-config adds once the gateway answers (the rendered file, filled as at boot).
+        const resolver = path.join(dir, "egress-resolver.nft");
+        fs.writeFileSync(resolver, renderedFile(sandbox, "/etc/airlock/egress-resolver.nft.in").replaceAll("@RESOLVER_IPV4@", net.serverTailnet));
+        expect(inNamespace(net.client, ["nft", "--file", resolver]).stderr).toBe("");
         expect(dig(net.serverPublic, "github.com").status).toBeNull();
         expect(dig(net.serverTailnet, "github.com").status).toBe("NOERROR");
     });

@@ -7,7 +7,7 @@ import { readStackFile } from "../components/config/load";
 import { SSHD_TEMPLATE_PATH } from "../components/render/hosts";
 import { recordEntries, TestBroker } from "./helpers/broker";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
-import { installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
+import { enforceEgress, installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
 import { editedStack, REPO, renderedFile, renderHosts, tempDir } from "./helpers/stacks";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
@@ -58,9 +58,11 @@ describe.runIf(canRun)("the command record through the real sshd", () => {
         clientDir = tempDir("record-client");
         const clientKey = path.join(clientDir, "id_ed25519");
         expect(run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", clientKey]).status).toBe(0);
+        const uid = Number(run("id", ["-u", AGENT]).stdout.trim());
         const cfg = readStackFile(
             editedStack("dev", (c) => {
                 c["airlock:agent"].user = AGENT;
+                c["airlock:agent"].uid = uid;
                 c["airlock:agent"].authorizedKeys = [fs.readFileSync(`${clientKey}.pub`, "utf8").trim()];
             }),
         );
@@ -69,6 +71,7 @@ describe.runIf(canRun)("the command record through the real sshd", () => {
         root = fs.mkdtempSync("/run/airlock-record-");
         const hostPublicKey = installSandboxSshd(hosts.sandbox, root);
         broker = await startSandboxBroker(root, AGENT);
+        enforceEgress(net.server, hosts.sandbox, uid, "198.18.7.2");
         const stubBin = path.join(root, "stub-bin");
         for (const dir of [path.join(root, "state"), path.join(root, "workspace"), stubBin]) fs.mkdirSync(dir, { mode: 0o755 });
         run("chown", [AGENT, path.join(root, "state"), path.join(root, "workspace")]);

@@ -5,11 +5,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { RenderedHost, SSHD_TEMPLATE_PATH } from "../components/render/hosts";
 import * as YAML from "yaml";
-import { egressRulesFor } from "./helpers/egress";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
 import { editedStack, REPO, tempDir, renderHosts, renderedFile } from "./helpers/stacks";
 import { TestBroker } from "./helpers/broker";
-import { installSandboxSshd, newHostKey, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
+import { enforceEgress, installSandboxSshd, newHostKey, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -95,12 +94,7 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
         // (with a route out, so that the rules, not a missing route, decide).
         const home = run(`${root}/usr/local/sbin/airlock-agent-home`, []);
         expect(home.status, home.stderr).toBe(0);
-        const rules = path.join(root, "egress.nft");
-        fs.writeFileSync(rules, egressRulesFor(sandbox, uid, uid));
-        for (const cmd of [["nft", "--file", rules], ["ip", "route", "add", "default", "via", "198.18.7.2"]]) {
-            const loaded = inNamespace(net.server, cmd);
-            expect(loaded.status, loaded.stderr).toBe(0);
-        }
+        enforceEgress(net.server, sandbox, uid, "198.18.7.2");
 
         // The real boot script renders the live config from the tailnet address.
         const rendered = renderSshdConfig(net.serverTailnet);
