@@ -87,6 +87,7 @@ describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
     let agentUid: number;
     let agent: string;
     let gatewayHost: string;
+    const runcmd: { argv: string[]; result: ReturnType<BootedHost["exec"]> }[] = [];
     const netns = `al-boot-${process.pid % 10000}`;
     const voidNs = `${netns}-void`;
     const state = () => path.join(dir, "tailnet");
@@ -159,7 +160,7 @@ describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
         // runcmd, as cloud-init's final stage runs it: in order, a failure does not stop the rest.
         for (const command of doc.runcmd as (string | string[])[]) {
             const argv = Array.isArray(command) ? command.map(String) : ["sh", "-c", command];
-            host.exec(argv, { timeout: 180_000 });
+            runcmd.push({ argv, result: host.exec(argv, { timeout: 180_000 }) });
         }
     }, 900_000);
 
@@ -187,6 +188,33 @@ describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
         }
         expect(probe("agent-now"), host!.exec(["nft", "list", "ruleset"]).stdout).toMatch(/169\.254\.169\.254\/80 blocked/);
         expect(table.status, `the egress table is loaded before the tailnet is complete\n${why()}`).toBe(0);
+    });
+
+    it("first boot ends in airlock-boot-check, which passes with the gateway still missing", () => {
+        const last = runcmd.at(-1)!;
+        expect(last.argv).toEqual(["/usr/local/sbin/airlock-boot-check"]);
+        expect(last.result.stderr).toBe("");
+        expect(last.result.status).toBe(0);
+    });
+
+    it("airlock-boot-check fails first boot, naming the unit, when one the host needs is not running", () => {
+        expect(host!.exec(["systemctl", "stop", "airlock-broker.socket"]).status).toBe(0);
+        try {
+            const check = host!.exec(["/usr/local/sbin/airlock-boot-check"]);
+            expect(check.status).toBe(1);
+            expect(check.stderr).toContain("not active: airlock-broker.socket");
+        } finally {
+            host!.exec(["systemctl", "start", "airlock-broker.socket"]);
+        }
+    });
+
+    it("other users' sessions neither wait for nor depend on the agent's units", () => {
+        expect(host!.exec(["useradd", "--uid", "1600", "--create-home", "ops"]).status).toBe(0);
+        const started = host!.exec(["systemctl", "start", "user@1600.service"], { timeout: 30_000 });
+        expect(started.status, started.stderr).toBe(0);
+        const deps = host!.exec(["systemctl", "show", "user@1600.service", "--property=BindsTo,Requires,Wants,After"]).stdout;
+        expect(deps).not.toMatch(/airlock-/);
+        expect(host!.exec(["systemctl", "show", `user@${agentUid}.service`, "--property=BindsTo"]).stdout).toContain("airlock-egress.service");
     });
 
     it("the agent reaches neither another tailnet node nor a host loopback service", () => {

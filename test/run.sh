@@ -25,6 +25,7 @@ readonly PACKAGES=(
 	bubblewrap jq                 # the drill's confinement; its snapshot lists; the README's CI line
 	python3 pyflakes3 socat       # the broker, the audit tool, the secrets and token tools (python3), their lint; the broker client
 	dnsmasq-base bind9-dnsutils   # the allowlist resolver stand-in and its fake upstream; dig
+	pre-commit git                # the pre-commit hook, run by the real pre-commit
 )
 
 if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
@@ -34,8 +35,13 @@ if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
 	done
 	if ((${#missing[@]} > 0)); then
 		echo "test/run.sh: installing ${missing[*]}"
+		# shellcheck source=test/apt-lock.sh disable=SC1091 # followed when linted with test/apt-lock.sh
+		source test/apt-lock.sh
+		wait_for_apt_locks 600
 		apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+		wait_for_apt_locks 600
+		# The lock can be taken again between the wait and apt-get: apt-get waits for it too.
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=600 "${missing[@]}" >/dev/null
 	fi
 fi
 

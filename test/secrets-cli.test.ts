@@ -4,6 +4,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
 import { airlock as airlockBin } from "./helpers/cli";
+import { readmeSample } from "./helpers/readme";
 import { editedStack, REPO, tempDir } from "./helpers/stacks";
 
 /**
@@ -174,15 +175,11 @@ describe("airlock secrets status", () => {
         const answer = { now, secrets: [{ name: "ANTHROPIC_API_KEY", updated: now - 3 * 86400 - 5 }, { name: "OLD_TOKEN", updated: now - 120 }] };
         const fake = fakeBin({ ssh: JSON.stringify(answer) });
         const result = airlock(["--stacks-dir", stacks, "secrets", "status", "--stack", "dev"], fake.bin);
-        expect(result.stdout).toBe(
-            [
-                "airlock-dev-gateway: 1 of 2 declared secrets present",
-                "  ANTHROPIC_API_KEY  present, changed 3d ago",
-                "  OLD_TOKEN          undeclared: on the gateway, not in the stack (a push removes it)",
-                "  SLACK_BOT_TOKEN    missing: declared in the stack, not pushed (airlock secrets push --stack dev)",
-                "",
-            ].join("\n"),
-        );
+        // The README's sample (its first line is the command).
+        const [command, ...sample] = readmeSample("secrets-status").split("\n");
+        expect(command).toBe("$ npm run -s airlock -- secrets status --stack dev");
+        expect(result.stdout).toBe(sample.join("\n"));
+        expect(result.stdout).toContain("  OLD_TOKEN          undeclared: on the gateway, not in the stack (a push removes it)\n");
         expect(result.status).toBe(1);
         expect(pushed(fake.dir).argv.trim().split("\n").pop()).toBe("sudo -n /usr/local/sbin/airlock-agent-secrets status");
         const json = JSON.parse(airlock(["--stacks-dir", stacks, "secrets", "status", "--stack", "dev", "--json"], fake.bin).stdout);

@@ -96,7 +96,7 @@ interface HostUnits {
     tailnetConfigPost?: string[];
     /** System units airlock-tailnet-config needs started first (Requires= + After=). */
     tailnetConfigRequires?: string[];
-    /** user@.service drop-in: units a user manager is bound to (BindsTo= + After=), and ones it requires. */
+    /** The agent's user manager (user@<agentUid>.service): units it is bound to (BindsTo= + After=), and ones it requires. */
     userManagerBindsTo?: string[];
     userManagerRequires?: string[];
     /** The workloads unit's ExecStartPre lines. */
@@ -139,11 +139,16 @@ function commonFiles(cfg: StackConfig, role: HostRole, units: HostUnits): HostFi
         config("/etc/systemd/user/airlock-workloads.service", "systemd/user/airlock-workloads.service", {
             execStartPre: unitLines("ExecStartPre", units.workloadsPre),
         }),
-        config("/etc/systemd/system/user@.service.d/10-airlock.conf", "systemd/user@.service.d/10-airlock.conf", {
+        // The agent's manager only: other users' sessions (the operator, a package's
+        // postinst opening a PAM session) neither wait for nor depend on these units.
+        config(`/etc/systemd/system/user@${cfg.agent.uid}.service.d/10-airlock.conf`, "systemd/agent-user-manager.d/10-airlock.conf", {
             dependencies: unitLines("BindsTo", units.userManagerBindsTo) + unitLines("Requires", units.userManagerRequires) + (bound.length > 0 ? `After=${bound.join(" ")}\n` : ""),
         }),
     ];
 }
+
+/** First boot's last step: cloud-init reports an error when a unit the host needs is not running. */
+const bootCheck = (requiredUnits: string[]) => script("/usr/local/sbin/airlock-boot-check", "scripts/boot-check", { requiredUnits: requiredUnits.join(" ") });
 
 const COMPOSE_CHECK = "/usr/local/sbin/airlock-compose-check";
 const renderCompose = `${RENDER} --mode 0644 ${COMPOSE_TEMPLATE_PATH} /etc/airlock/compose.yml ${COMPOSE_CHECK}`;
@@ -192,6 +197,7 @@ export function renderSandbox(cfg: StackConfig, images: ResolvedImages): Rendere
             envAllowlist: cfg.agent.envAllowlist.join(" "),
         }),
         script("/usr/local/sbin/airlock-agent-home", "scripts/agent-home", { agentUser: user }),
+        bootCheck(["ssh.service", EGRESS_UNIT, "airlock-broker.socket", "airlock-workspace.service", `user@${cfg.agent.uid}.service`]),
         ...brokerFiles(cfg),
         script("/usr/local/sbin/airlock-mount-workspace", "scripts/mount-workspace", { agentUser: user }),
         config("/etc/systemd/system/airlock-workspace.service", "systemd/airlock-workspace.service"),
@@ -265,6 +271,7 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
         // Tailnet DNS to AdGuard Home's unprivileged port: no user may bind below 1024.
         { path: DNS_REDIRECT_PATH, content: renderTemplate("nftables/gateway-dns-redirect.nft", { resolverPort: String(RESOLVER_PUBLISHED_PORT) }), permissions: "0600" },
         config("/etc/systemd/system/airlock-dns-redirect.service", "systemd/airlock-dns-redirect.service"),
+        bootCheck(["ssh.service", "airlock-dns-redirect.service", "airlock-tailnet-config.service", `user@${cfg.agent.uid}.service`]),
     ];
     // The runtime's filesystem and secrets exist before its compose file is checked and started.
     const enableFirst = [...agentUnits(cfg), ...(cfg.gateway.github ? ["airlock-github-token.socket", "airlock-github-token-revoke.timer"] : [])];
