@@ -72,11 +72,11 @@ describe("airlock:gateway.agent", () => {
     it.each<[string, Edit, string]>([
         ["a secret in clear in the stack file", withRuntime((c) => (c["airlock:gateway"].agent.secrets = { ANTHROPIC_API_KEY: "in-clear-value" })), "airlock:gateway.agent.secrets.ANTHROPIC_API_KEY: in clear in the stack file; encrypt it: pulumi config set --secret --path 'airlock:gateway.agent.secrets.ANTHROPIC_API_KEY' <value>"],
         ["a flat key (set without --path)", withRuntime((c) => (c["airlock:gateway.agent.secrets.SLACK_BOT_TOKEN"] = { secure: "v1:AAAA" })), "airlock:gateway.agent.secrets.SLACK_BOT_TOKEN: a flat key; set it with --path: pulumi config set --secret --path 'airlock:gateway.agent.secrets.SLACK_BOT_TOKEN' <value>"],
-        ["a secret that changes how programs run", withRuntime((c) => (c["airlock:gateway"].agent.secrets = { LD_PRELOAD: { secure: "v1:AAAA" } })), "airlock:gateway.agent.secrets.LD_PRELOAD: this variable changes how programs run and may never be passed through"],
+        ["a secret that changes how programs run", withRuntime((c) => (c["airlock:gateway"].agent.secrets = { LD_PRELOAD: { secure: "v1:AAAA" } })), "airlock:gateway.agent.secrets.LD_PRELOAD: this variable changes how programs run and may never be passed through, got the string \"LD_PRELOAD\""],
         ["a secret-looking value in plain environment", withRuntime((c) => (c["airlock:gateway"].agent.environment = { OPENAI_API_KEY: ["sk", "proj", "Zx81kQ0aLm2Nb7Vc4Xd9"].join("-") })), "airlock:gateway.agent.environment.OPENAI_API_KEY: looks like a secret, and environment is rendered into user_data: pulumi config set --secret --path 'airlock:gateway.agent.secrets.OPENAI_API_KEY' instead"],
         ["an unpinned image without resolveDigests", withRuntime((c) => (c["airlock:workloads"].resolveDigests = false)), "airlock:gateway.agent.image: registry.example/agent:1.0 is not pinned: write registry.example/agent:1.0@sha256:<digest>, or set airlock:workloads.resolveDigests: true"],
-        ["a relative state path", withRuntime((c) => (c["airlock:gateway"].agent.statePath = "data")), "airlock:gateway.agent.statePath: expected an absolute path like /data"],
-        ["a drill table that is not a table name", withRuntime((c) => (c["airlock:gateway"].agent.memoryDb = { enabled: true, drillTables: ["peers; DROP TABLE x"] })), "airlock:gateway.agent.memoryDb.drillTables[0]: expected a table name like messages or memory.peers"],
+        ["a relative state path", withRuntime((c) => (c["airlock:gateway"].agent.statePath = "data")), "airlock:gateway.agent.statePath: expected an absolute path like /data, got the string \"data\""],
+        ["a drill table that is not a table name", withRuntime((c) => (c["airlock:gateway"].agent.memoryDb = { enabled: true, drillTables: ["peers; DROP TABLE x"] })), "airlock:gateway.agent.memoryDb.drillTables[0]: expected a table name like messages or memory.peers, got the string \"peers; DROP TABLE x\""],
     ])("refuses %s with one line naming the key", (_, edit, expected) => {
         expect(problemsOf(edit)).toContain(expected);
     });
@@ -183,7 +183,9 @@ describe("the runtime in the gateway's compose", () => {
         expect(renderedFile(full, "/etc/systemd/system/airlock-agent-secrets.service")).toContain("Before=airlock-tailnet-config.service user@1500.service");
         expect(renderedFile(full, "/etc/systemd/system/airlock-agent-state.service")).toContain("Before=user@1500.service");
         // Ordered, not required: a runtime that cannot start must not take AdGuard (the sandbox's DNS) down with it.
-        expect(renderedFile(full, "/etc/systemd/system/user@.service.d/10-airlock.conf")).not.toMatch(/airlock-agent-(state|secrets)/);
+        expect(renderedFile(full, "/etc/systemd/system/user@1500.service.d/10-airlock.conf")).not.toMatch(/airlock-agent-(state|secrets)/);
+        // First boot reports them when they fail.
+        expect(renderedFile(full, "/usr/local/sbin/airlock-boot-check")).toMatch(/airlock-agent-state\.service airlock-agent-secrets\.service airlock-github-token\.socket/);
         expect(renderedFile(full, "/etc/systemd/system/airlock-tailnet-config.service")).not.toMatch(/airlock-agent-(state|secrets)/);
     });
 
@@ -195,14 +197,14 @@ describe("the runtime in the gateway's compose", () => {
 });
 
 describe("the gate judges the runtime like every service", () => {
-    it.each<[string, Edit, string]>([
-        ["an extra capability", withRuntime((c) => (c["airlock:gateway"].agent.cap_add = ["NET_ADMIN"])), "containers-add-only-allowed-capabilities"],
-        ["no pids limit", withRuntime((c) => (c["airlock:gateway"].agent.pids_limit = -1)), "containers-resource-limits"],
-        ["a memory database with an extra capability", withRuntime((c) => (c["airlock:gateway"].agent.memoryDb = { enabled: true, cap_add: ["SYS_ADMIN"] })), "containers-add-only-allowed-capabilities"],
-    ])("a stack that loosens it (%s) fails with the rule that says so", async (_, edit, rule) => {
+    it.each<[string, Edit, string, string]>([
+        ["an extra capability", withRuntime((c) => (c["airlock:gateway"].agent.cap_add = ["NET_ADMIN"])), "containers-add-only-allowed-capabilities", "agent"],
+        ["no pids limit", withRuntime((c) => (c["airlock:gateway"].agent.pids_limit = -1)), "containers-resource-limits", "agent"],
+        ["a memory database with an extra capability", withRuntime((c) => (c["airlock:gateway"].agent.memoryDb = { enabled: true, cap_add: ["SYS_ADMIN"] })), "containers-add-only-allowed-capabilities", "agent-memory-db"],
+    ])("a stack that loosens it (%s) fails with the rule that says so", async (_, edit, rule, service) => {
         const findings = gatePlan(await planStack(editedStack("dev", edit), "dev"));
         expect([...new Set(findings.map((f) => f.rule))]).toEqual([rule]);
-        expect(findings[0].file).toContain("/etc/airlock/compose.yml.in");
+        expect(findings[0].where).toBe(service);
     });
 
     it("the shipped-style runtime passes", async () => {

@@ -232,6 +232,8 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
     const adguard = adguardDataDir(cfg);
     // The rendered AdGuard config replaces the live one at every start: this stack is the source of truth.
     const workloadsPre = [`/usr/bin/install -D -m 0600 /etc/airlock/adguard/AdGuardHome.yaml ${adguard}/conf/AdGuardHome.yaml`, `/usr/bin/mkdir -p ${adguard}/work`];
+    // The runtime's filesystem and secrets exist before its compose file is checked and started.
+    const runtimeUnits = [...agentUnits(cfg), ...(cfg.gateway.github ? ["airlock-github-token.socket", "airlock-github-token-revoke.timer"] : [])];
     const files: HostFile[] = [
         // The runtime's units order themselves before the compose check and the user manager
         // (Before=), without being required: a runtime that cannot start must not stop DNS.
@@ -271,16 +273,15 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
         // Tailnet DNS to AdGuard Home's unprivileged port: no user may bind below 1024.
         { path: DNS_REDIRECT_PATH, content: renderTemplate("nftables/gateway-dns-redirect.nft", { resolverPort: String(RESOLVER_PUBLISHED_PORT) }), permissions: "0600" },
         config("/etc/systemd/system/airlock-dns-redirect.service", "systemd/airlock-dns-redirect.service"),
-        bootCheck(["ssh.service", "airlock-dns-redirect.service", "airlock-tailnet-config.service", `user@${cfg.agent.uid}.service`]),
+        // The runtime's units too: a runtime that cannot start fails first boot's report, never DNS.
+        bootCheck(["ssh.service", "airlock-dns-redirect.service", "airlock-tailnet-config.service", `user@${cfg.agent.uid}.service`, ...runtimeUnits]),
     ];
-    // The runtime's filesystem and secrets exist before its compose file is checked and started.
-    const enableFirst = [...agentUnits(cfg), ...(cfg.gateway.github ? ["airlock-github-token.socket", "airlock-github-token-revoke.timer"] : [])];
     return assemble(
         cfg,
         "gateway",
         files,
         { adminUser, agentUser: user, agentUid: cfg.agent.uid, enableBackupTimers: ["systemctl", "enable", "--now", ...backupTimers(cfg)] },
-        enableFirst.length > 0 ? [["systemctl", "enable", "--now", ...enableFirst]] : [],
+        runtimeUnits.length > 0 ? [["systemctl", "enable", "--now", ...runtimeUnits]] : [],
     );
 }
 
