@@ -71,6 +71,8 @@ describe("airlock fork", () => {
         doc.config["hcloud:token"] = { secure: secretValue };
         doc.config["tailscale:oauthClientSecret"] = { secure: secretValue };
         doc.config["tailscale:tailnet"] = "dev-tailnet.example";
+        // The agent's secrets, set with --path, nest inside airlock:gateway.
+        doc.config["airlock:gateway"].agent.secrets = { ANTHROPIC_API_KEY: { secure: secretValue } };
         fs.writeFileSync(path.join(dir, "Pulumi.dev.yaml"), YAML.stringify(doc));
 
         const result = await forkStack({ stacksDir: dir, customer: "acme", from: "dev" });
@@ -79,6 +81,7 @@ describe("airlock fork", () => {
         expect(written).not.toMatch(/secure:|tailscale:|hcloud:/);
         expect(result.stillNeeded.join("\n")).toMatch(/--secret hcloud:token <value> --stack acme/);
         expect(result.stillNeeded.join("\n")).toMatch(/--secret tailscale:oauthClientSecret <value> --stack acme/);
+        expect(result.stillNeeded).toContain("pulumi config set --secret --path 'airlock:gateway.agent.secrets.ANTHROPIC_API_KEY' <value> --stack acme");
         expect(result.stillNeeded.join("\n")).not.toContain(secretValue);
     });
 
