@@ -155,6 +155,27 @@ describe("credentials in the stack file", () => {
     });
 });
 
+describe("a stack's agent user against the policy's", () => {
+    // The agent-user rules judge the policy's user; a stack deploying another would switch them off.
+    it("a stack whose agent user is not the policy's fails plan and the gate, naming both", () => {
+        const dir = tempDir("agent-user");
+        const file = editedStack("dev", (c) => (c["airlock:agent"].user = "builder"), dir);
+        for (const args of [["plan", "--stack", "dev", "--out", path.join(dir, "out")], ["gate", "--stack", "dev"]]) {
+            const result = airlock(["--stacks-dir", dir, ...args]);
+            expect(result.status, args.join(" ")).toBe(1);
+            expect(result.stdout).toMatch(
+                new RegExp(`^${file.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}:\\d+: stack-agent-user-is-the-policys: airlock:agent\\.user is "builder"; the policy judges "agent"`, "m"),
+            );
+        }
+    });
+
+    it("the policy's own user, written out or left to the default, passes", () => {
+        const dir = tempDir("agent-user-ok");
+        editedStack("dev", (c) => (c["airlock:agent"].user = "agent"), dir);
+        expect(airlock(["--stacks-dir", dir, "gate", "--stack", "dev"]).status).toBe(0);
+    });
+});
+
 describe("airlock checklist", () => {
     async function checklistOf(file: string, stack = "dev") {
         const plan = await planStack(file, stack);

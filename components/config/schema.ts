@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { ENV_NAME, FORBIDDEN_ENV } from "../../policies/contract";
+import { DEFAULT_AGENT_USER, ENV_NAME, FORBIDDEN_ENV } from "../../policies/contract";
 import { findSecrets } from "../../policies/engine/secrets";
 import { GITHUB_HIGH_IMPACT, GITHUB_REPOSITORY_PERMISSIONS, highImpactEntry, scopeListed } from "./automation";
 
@@ -279,7 +279,7 @@ const stackConfigBase = z.strictObject({
         }),
     agent: z
         .strictObject({
-            user: z.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/).default("agent"),
+            user: z.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/).default(DEFAULT_AGENT_USER),
         /** Fixed, so the egress rules can match the agent's (and its rootless containers') traffic by uid. */
         uid: z.number().int().min(1000).max(59999).default(1500),
             /** The only variables a client may send (SendEnv/AcceptEnv) and the wrapper passes on. */
