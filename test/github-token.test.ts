@@ -193,6 +193,13 @@ describe.runIf(canRun)("airlock-github-token against a fake GitHub", () => {
             expect(reply.error).toMatch(error);
         });
 
+        it("a token for repositories of another owner than asked is revoked, never handed out (the journal must name what the token is for)", async () => {
+            const { reply } = await ask(["some-other-org/app"], { contents: "read" });
+            expect(reply).toEqual({ ok: false, error: "GitHub's token is for acme/app, not some-other-org/app; token revoked" });
+            const [minted] = [...github.tokens.values()].slice(-1);
+            expect(minted.active).toBe(false);
+        });
+
         it("a key that is not an RSA private key fails before any request", async () => {
             storeKey("-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----\n");
             expect((await ask(["acme/app"], { contents: "read" })).reply).toEqual({ ok: false, error: "GITHUB_APP_PRIVATE_KEY is not a usable RSA private key" });
@@ -206,6 +213,20 @@ describe.runIf(canRun)("airlock-github-token against a fake GitHub", () => {
         beforeAll(() => {
             configure({ maxPermissions: { contents: "write", pull_requests: "write" }, allowHighImpact: ["contents:write"], approvalRequired: ["contents:write"] });
             storeKey(pem(app.privateKey));
+        });
+
+        it("asking for write does not skip an approval the stack requires for read (write includes read)", async () => {
+            configure({ maxPermissions: { contents: "write" }, allowHighImpact: ["contents:write"], approvalRequired: ["contents:read"] });
+            try {
+                for (const level of ["read", "write"]) {
+                    const refused = await ask(["acme/app"], { contents: level });
+                    expect(refused.reply.ok, level).toBe(false);
+                    expect(refused.reply.error).toMatch(new RegExp(`^contents:${level} needs an operator's approval`));
+                }
+                expect(github.requests).toEqual([]);
+            } finally {
+                configure({ maxPermissions: { contents: "write", pull_requests: "write" }, allowHighImpact: ["contents:write"], approvalRequired: ["contents:write"] });
+            }
         });
 
         it("a scope marked approvalRequired is minted only after an operator approves it, once", async () => {

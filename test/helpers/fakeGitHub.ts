@@ -62,7 +62,9 @@ function checkJwt(jwt: string, appId: number, key: KeyObject, nowSeconds: number
     return { claims };
 }
 
-export async function startFakeGitHub(app: { appId: number; installationId: number; publicKey: KeyObject }): Promise<FakeGitHub> {
+export async function startFakeGitHub(app: { appId: number; installationId: number; publicKey: KeyObject; owner?: string }): Promise<FakeGitHub> {
+    /** The account the App is installed on: GitHub answers with its repositories whatever owner was meant. */
+    const owner = app.owner ?? "acme";
     const fake: Omit<FakeGitHub, "url" | "close"> = { requests: [], mints: [], tokens: new Map(), clockOffset: 0 };
     const server = http.createServer((req, res) => {
         let raw = "";
@@ -102,7 +104,7 @@ export async function startFakeGitHub(app: { appId: number; installationId: numb
                     expires_at: new Date(now.getTime() + 3600_000).toISOString().replace(/\.\d+Z$/, "Z"),
                     permissions,
                     repository_selection: "selected",
-                    repositories: (body.repositories ?? []).map((name, id) => ({ id, name })),
+                    repositories: (body.repositories ?? []).map((name, id) => ({ id, name, full_name: `${owner}/${name}` })),
                 }),
             );
         });
