@@ -211,6 +211,21 @@ describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
         }
     });
 
+    it("airlock-boot-check fails when a unit of the agent's own manager failed (its rootless Docker, the workloads)", () => {
+        // A failed user unit leaves the system "running" and `systemctl --failed` empty.
+        const failed = host!.exec(["systemd-run", "--user", "-M", `${agent}@`, "--unit=airlock-probe-fails", "--wait", "/bin/false"], { timeout: 30_000 });
+        expect(failed.status).not.toBe(0);
+        try {
+            expect(host!.exec(["systemctl", "list-units", "--failed", "--plain", "--no-legend"]).stdout.trim()).toBe("");
+            const check = host!.exec(["/usr/local/sbin/airlock-boot-check"]);
+            expect(check.stderr).toContain(`failed in ${agent}'s manager: airlock-probe-fails.service`);
+            expect(check.status).toBe(1);
+        } finally {
+            host!.exec(["systemctl", "--user", "-M", `${agent}@`, "reset-failed", "airlock-probe-fails.service"]);
+        }
+        expect(host!.exec(["/usr/local/sbin/airlock-boot-check"]).status).toBe(0);
+    });
+
     it("other users' sessions neither wait for nor depend on the agent's units, nor run its workloads", async () => {
         expect(host!.exec(["useradd", "--uid", "1600", "--create-home", "ops"]).status).toBe(0);
         const started = host!.exec(["systemctl", "start", "user@1600.service"], { timeout: 30_000 });
@@ -232,7 +247,8 @@ describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
         const asAgent = host!.exec(["runuser", "-u", agent, "--", "socat", "-T", "2", "-", "UNIX-CONNECT:/run/tailscale/tailscaled.sock"], { input: "GET /localapi/v0/status\n" });
         expect(asAgent.status).not.toBe(0);
         expect(asAgent.stderr).toMatch(/Permission denied/);
-        expect(host!.exec(["socat", "-T", "2", "-", "UNIX-CONNECT:/run/tailscale/tailscaled.sock"], { input: "x\n" }).stdout).toContain("localapi");
+        // Root's does (socat waits up to 5 s for the answer after its input ends: a loaded CI machine).
+        expect(host!.exec(["socat", "-t", "5", "-T", "10", "-", "UNIX-CONNECT:/run/tailscale/tailscaled.sock"], { input: "x\n" }).stdout).toContain("localapi");
     });
 
     it("the agent reaches neither another tailnet node nor a host loopback service", () => {

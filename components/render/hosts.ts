@@ -150,7 +150,8 @@ function commonFiles(cfg: StackConfig, role: HostRole, units: HostUnits): HostFi
 }
 
 /** First boot's last step: cloud-init reports an error when a unit the host needs is not running. */
-const bootCheck = (requiredUnits: string[]) => script("/usr/local/sbin/airlock-boot-check", "scripts/boot-check", { requiredUnits: requiredUnits.join(" ") });
+const bootCheck = (cfg: StackConfig, requiredUnits: string[]) =>
+    script("/usr/local/sbin/airlock-boot-check", "scripts/boot-check", { requiredUnits: requiredUnits.join(" "), agentUser: cfg.agent.user });
 
 const COMPOSE_CHECK = "/usr/local/sbin/airlock-compose-check";
 const renderCompose = `${RENDER} --mode 0644 ${COMPOSE_TEMPLATE_PATH} /etc/airlock/compose.yml ${COMPOSE_CHECK}`;
@@ -199,7 +200,7 @@ export function renderSandbox(cfg: StackConfig, images: ResolvedImages): Rendere
             envAllowlist: cfg.agent.envAllowlist.join(" "),
         }),
         script("/usr/local/sbin/airlock-agent-home", "scripts/agent-home", { agentUser: user }),
-        bootCheck(["ssh.service", EGRESS_UNIT, "airlock-broker.socket", "airlock-workspace.service", `user@${cfg.agent.uid}.service`]),
+        bootCheck(cfg, ["ssh.service", EGRESS_UNIT, "airlock-broker.socket", "airlock-workspace.service", `user@${cfg.agent.uid}.service`]),
         ...brokerFiles(cfg),
         script("/usr/local/sbin/airlock-mount-workspace", "scripts/mount-workspace", { agentUser: user }),
         config("/etc/systemd/system/airlock-workspace.service", "systemd/airlock-workspace.service"),
@@ -278,7 +279,7 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
         { path: DNS_REDIRECT_PATH, content: renderTemplate("nftables/gateway-dns-redirect.nft", { resolverPort: String(RESOLVER_PUBLISHED_PORT) }), permissions: "0600" },
         config("/etc/systemd/system/airlock-dns-redirect.service", "systemd/airlock-dns-redirect.service"),
         // The runtime's units too: a runtime that cannot start fails first boot's report, never DNS.
-        bootCheck(["ssh.service", "airlock-dns-redirect.service", "airlock-tailnet-config.service", `user@${cfg.agent.uid}.service`, ...runtimeUnits]),
+        bootCheck(cfg, ["ssh.service", "airlock-dns-redirect.service", "airlock-tailnet-config.service", `user@${cfg.agent.uid}.service`, ...runtimeUnits]),
     ];
     return assemble(
         cfg,
