@@ -116,10 +116,35 @@ describe.runIf(toolsAvailable("cloud-init schema", ["cloud-init"]))("cloud-init 
     });
 });
 
-describe.runIf(toolsAvailable("shellcheck", ["shellcheck"]))("shellcheck", () => {
-    const scripts = hosts.flatMap(([label, host]) =>
-        host.files.filter((f) => f.permissions === "0755").map((f) => [`${label}:${f.path}`, f.content] as const),
+/** Every executable file a host gets, by the interpreter its first line names. */
+const executables = (interpreter: RegExp) =>
+    hosts.flatMap(([label, host]) =>
+        host.files
+            .filter((f) => /^0?7[0-7][0-7]$/.test(f.permissions) && interpreter.test(f.content.split("\n", 1)[0]))
+            .map((f) => [`${label}:${f.path}`, f.content] as const),
     );
+
+describe("every executable is a script the checks below understand", () => {
+    it("each one starts with #!/bin/bash or #!/usr/bin/python3", () => {
+        const all = executables(/.*/);
+        expect(all.filter(([, content]) => !/^#!(\/bin\/bash|\/usr\/bin\/python3 -I)$/.test(content.split("\n", 1)[0])).map(([name]) => name)).toEqual([]);
+    });
+});
+
+describe.runIf(toolsAvailable("python scripts", ["python3"]))("python3 compiles every python script", () => {
+    const scripts = executables(/^#!\/usr\/bin\/python3/);
+
+    it("finds them", () => expect(scripts.length).toBeGreaterThanOrEqual(1));
+
+    it.each(scripts)("%s compiles", (_, content) => {
+        const result = run("python3", ["-I", "-c", "import sys; compile(sys.stdin.read(), 'script', 'exec')"], { input: content });
+        expect(result.stderr).toBe("");
+        expect(result.status).toBe(0);
+    });
+});
+
+describe.runIf(toolsAvailable("shellcheck", ["shellcheck"]))("shellcheck", () => {
+    const scripts = executables(/^#!\/bin\/bash$/);
 
     it("finds the scripts", () => expect(scripts.length).toBeGreaterThanOrEqual(12));
 

@@ -8,6 +8,7 @@ import {
     renderSandboxCompose,
     ResolvedImages,
 } from "../workloads/compose";
+import { checkpointFiles } from "./checkpoints";
 import { renderTemplate } from "./templates";
 
 /**
@@ -137,6 +138,7 @@ export function renderSandbox(cfg: StackConfig, images: ResolvedImages): Rendere
             envAllowlist: cfg.agent.envAllowlist.join(" "),
         }),
         script("/usr/local/sbin/airlock-mount-workspace", "scripts/mount-workspace", { agentUser: user }),
+        ...checkpointFiles(cfg, images),
         config("/etc/systemd/system/airlock-workspace.service", "systemd/airlock-workspace.service"),
         { path: "/etc/airlock/resolv.conf.in", content: "# airlock: the gateway's AdGuard Home is the only resolver.\nnameserver @RESOLVER_IPV4@\noptions edns0\n", permissions: "0644" },
         { path: "/etc/airlock/egress.nft.in", content: renderEgressRules(cfg), permissions: "0600" },
