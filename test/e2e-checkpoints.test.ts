@@ -424,7 +424,7 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
             const chunk = crypto.randomBytes(16 * 1024 ** 2);
             for (let i = 0; i < 40; i++) fs.writeSync(fd, chunk);
             fs.closeSync(fd);
-            run("sync");
+            run("sync", []);
             expect(ckpt("create", "shared", "--label-b64", b64("holds 640 MiB")).status).toBe(0);
             fs.rmSync(big);
             expect(ckpt("create", "shared", "--label-b64", b64("small")).status).toBe(0);
@@ -452,7 +452,7 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
             const chunk = crypto.randomBytes(16 * 1024 ** 2);
             for (let i = 0; i < 70; i++) fs.writeSync(fd, chunk);
             fs.closeSync(fd);
-            run("sync");
+            run("sync", []);
             const result = ckpt("maintain");
             expect(result.status).toBe(1);
             expect(result.stderr).toMatch(/airlock: the volume is \d+% full and no checkpoint is left to remove/);
