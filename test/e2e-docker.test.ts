@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { SANDBOX_WRAPPER_PATH } from "../components/render/hosts";
 import { renderSandboxCompose } from "../components/workloads/compose";
+import { installBrokerFiles, recordEntries, startBroker, TestBroker } from "./helpers/broker";
 import { editedStack, renderHosts, renderedFile } from "./helpers/stacks";
 import { importTestImage, startDockerd, TestDocker } from "./helpers/dockerd";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
@@ -16,7 +17,7 @@ import { isRoot, run, toolsAvailable } from "./helpers/tools";
  * the /workspace source and the tailnet address (127.0.0.1 here).
  */
 
-const canRun = isRoot() && toolsAvailable("e2e containers", ["dockerd", "docker", "docker-compose", "busybox", "tar"]);
+const canRun = isRoot() && toolsAvailable("e2e containers", ["dockerd", "docker", "docker-compose", "busybox", "tar", "socat", "systemd-socket-activate"]);
 if (!isRoot()) console.warn("SKIPPED e2e containers: a test dockerd needs root (CI runs it as root)");
 
 const IMAGE = "airlock-test/shell:1";
@@ -27,6 +28,7 @@ describe.runIf(canRun)("the rendered sandbox compose on a real dockerd", () => {
     let dockerd: TestDocker;
     let compose: string;
     let wrapper: string;
+    let broker: TestBroker | undefined;
     const userSocketDir = "/run/user/0";
     let createdUserSocketDir = false;
 
@@ -54,8 +56,11 @@ describe.runIf(canRun)("the rendered sandbox compose on a real dockerd", () => {
                 .replaceAll("@TAILNET_IPV4@", "127.0.0.1")
                 .replace("- /workspace:/workspace", `- ${dir}/workspace:/workspace`),
         );
-        wrapper = path.join(dir, "sandbox-shell");
-        fs.writeFileSync(wrapper, renderedFile(renderHosts(cfg).sandbox, SANDBOX_WRAPPER_PATH), { mode: 0o755 });
+        const sandbox = renderHosts(cfg).sandbox;
+        const brokerFiles = installBrokerFiles(sandbox, dir);
+        broker = await startBroker(brokerFiles.broker, brokerFiles.socket, brokerFiles.stateDir);
+        wrapper = path.join(dir, SANDBOX_WRAPPER_PATH);
+        fs.writeFileSync(wrapper, renderedFile(sandbox, SANDBOX_WRAPPER_PATH), { mode: 0o755 });
 
         const up = run("docker-compose", ["--project-name", "airlocke2e", "--file", compose, "up", "--detach"], { env: dockerd.env, timeout: 180_000 });
         expect(up.status, up.stderr).toBe(0);
@@ -64,6 +69,7 @@ describe.runIf(canRun)("the rendered sandbox compose on a real dockerd", () => {
     afterAll(async () => {
         if (compose) run("docker-compose", ["--project-name", "airlocke2e", "--file", compose, "down", "--volumes", "--timeout", "1"], { env: dockerd.env, timeout: 120_000 });
         await dockerd?.stop();
+        await broker?.stop();
         fs.rmSync(path.join(userSocketDir, "docker.sock"), { force: true });
         if (createdUserSocketDir) fs.rmSync(userSocketDir, { recursive: true, force: true });
         if (dir) run("rm", ["-rf", dir]);
@@ -123,6 +129,15 @@ describe.runIf(canRun)("the rendered sandbox compose on a real dockerd", () => {
         });
         expect(result.stderr).toBe("");
         expect(result.stdout.trim().split("\n")).toEqual(["/workspace", "in-the-volume", `token=${TOKEN} other=absent`]);
+    });
+
+    it("the record names the image the container really runs (docker inspect), and the token by name only", () => {
+        const [begin, end] = recordEntries(broker!.recordFile).slice(-2);
+        const c = inspect("agent-sandbox-shell");
+        expect(begin).toMatchObject({ kind: "begin", env: ["GITHUB_TOKEN"], image: IMAGE, image_id: c.Image });
+        expect(begin.image_id).toMatch(/^sha256:[0-9a-f]{64}$/);
+        expect(end).toMatchObject({ of: begin.seq, exit: 0 });
+        expect(fs.readFileSync(broker!.recordFile, "utf8")).not.toContain(TOKEN);
     });
 
     it("compose config of the file it ran matches what airlock rendered", () => {

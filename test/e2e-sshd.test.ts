@@ -6,7 +6,8 @@ import { readStackFile } from "../components/config/load";
 import { RenderedHost, SSHD_TEMPLATE_PATH } from "../components/render/hosts";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
 import { editedStack, REPO, tempDir, renderHosts, renderedFile } from "./helpers/stacks";
-import { installSandboxSshd, newHostKey, pinnedKnownHosts } from "./helpers/sshdRig";
+import { TestBroker } from "./helpers/broker";
+import { installSandboxSshd, newHostKey, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -31,7 +32,7 @@ function e2eHosts(clientPublicKey: string) {
     return { sandbox: renderHosts(cfg).sandbox, gateway: renderHosts(cfg).gateway };
 }
 
-const canRun = isRoot() && toolsAvailable("e2e sshd in network namespaces", ["ip", "sshd", "ssh", "ssh-keygen", "useradd"]);
+const canRun = isRoot() && toolsAvailable("e2e sshd in network namespaces", ["ip", "sshd", "ssh", "ssh-keygen", "useradd", "socat", "systemd-socket-activate"]);
 if (!isRoot()) console.warn("SKIPPED e2e sshd in network namespaces: needs root (CI runs it as root)");
 
 describe.runIf(canRun)("sandbox sshd end to end", () => {
@@ -44,6 +45,7 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
     let clientDir: string;
     let gatewayConfig: string;
     let sandbox: RenderedHost;
+    let broker: TestBroker | undefined;
 
     beforeAll(async () => {
         net = createTestNet(String(process.pid % 10000));
@@ -61,6 +63,7 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
         // A root-owned tree (sshd's StrictModes checks every directory up to /).
         root = fs.mkdtempSync("/run/airlock-e2e-");
         const hostPublicKey = installSandboxSshd(sandbox, root);
+        broker = await startSandboxBroker(root, AGENT);
         const state = path.join(root, "state");
         const workspace = path.join(root, "workspace");
         const stubBin = path.join(root, "stub-bin");
@@ -100,10 +103,11 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
         fs.writeFileSync(path.join(clientDir, "known_hosts.other"), pinnedKnownHosts(hosts.gateway, otherPublicKey));
     }, 60_000);
 
-    afterAll(() => {
+    afterAll(async () => {
         // Stop the ControlPersist master, the listener, and any session left behind.
         if (sshd) ssh(["-O", "exit"]);
         sshd?.kill("SIGTERM");
+        await broker?.stop();
         run("pkill", ["--uid", AGENT]);
         net?.close();
         if (root) fs.rmSync(root, { recursive: true, force: true });

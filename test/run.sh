@@ -18,6 +18,7 @@ readonly PACKAGES=(
 	nftables                      # nft --check on the rendered egress rules
 	busybox-static                # the test images' userland
 	restic postgresql             # backup and restore drill for real
+	python3 pyflakes3 socat       # the root broker and the audit tool (python3), their lint; the wrapper's broker client
 )
 
 if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then

@@ -116,35 +116,17 @@ describe.runIf(toolsAvailable("cloud-init schema", ["cloud-init"]))("cloud-init 
     });
 });
 
-/** Every executable file a host gets, by the interpreter its first line names. */
-const executables = (interpreter: RegExp) =>
-    hosts.flatMap(([label, host]) =>
-        host.files
-            .filter((f) => /^0?7[0-7][0-7]$/.test(f.permissions) && interpreter.test(f.content.split("\n", 1)[0]))
-            .map((f) => [`${label}:${f.path}`, f.content] as const),
-    );
-
-describe("every executable is a script the checks below understand", () => {
-    it("each one starts with #!/bin/bash or #!/usr/bin/python3", () => {
-        const all = executables(/.*/);
-        expect(all.filter(([, content]) => !/^#!(\/bin\/bash|\/usr\/bin\/python3 -I)$/.test(content.split("\n", 1)[0])).map(([name]) => name)).toEqual([]);
-    });
-});
-
-describe.runIf(toolsAvailable("python scripts", ["python3"]))("python3 compiles every python script", () => {
-    const scripts = executables(/^#!\/usr\/bin\/python3/);
-
-    it("finds them", () => expect(scripts.length).toBeGreaterThanOrEqual(1));
-
-    it.each(scripts)("%s compiles", (_, content) => {
-        const result = run("python3", ["-I", "-c", "import sys; compile(sys.stdin.read(), 'script', 'exec')"], { input: content });
-        expect(result.stderr).toBe("");
-        expect(result.status).toBe(0);
-    });
-});
+/** Rendered files in a language, by their first line: a shebang or a shellcheck directive for sourced files. */
+const filesIn = (language: RegExp) =>
+    hosts.flatMap(([label, host]) => host.files.filter((f) => language.test(f.content.split("\n")[0])).map((f) => [`${label}:${f.path}`, f.content] as const));
 
 describe.runIf(toolsAvailable("shellcheck", ["shellcheck"]))("shellcheck", () => {
-    const scripts = executables(/^#!\/bin\/bash$/);
+    const scripts = filesIn(/^(#!\/bin\/bash$|# shellcheck shell=bash)/);
+
+    it("every executable is a bash script or a python one", () => {
+        const executables = hosts.flatMap(([, host]) => host.files.filter((f) => f.permissions === "0755"));
+        expect(executables.filter((f) => !/^#!(\/bin\/bash|\/usr\/bin\/python3 -IS)$/.test(f.content.split("\n")[0])).map((f) => f.path)).toEqual([]);
+    });
 
     it("finds the scripts", () => expect(scripts.length).toBeGreaterThanOrEqual(12));
 
@@ -154,6 +136,22 @@ describe.runIf(toolsAvailable("shellcheck", ["shellcheck"]))("shellcheck", () =>
         const result = run("shellcheck", ["--shell=bash", "--severity=style", file]);
         expect(result.stdout).toBe("");
         expect(result.status).toBe(0);
+    });
+});
+
+describe.runIf(toolsAvailable("python scripts", ["python3", "pyflakes3"]))("python3 and pyflakes", () => {
+    const scripts = filesIn(/^#!\/usr\/bin\/python3 /);
+
+    it("finds the scripts", () => expect(scripts.length).toBeGreaterThanOrEqual(2));
+
+    it.each(scripts)("%s compiles and passes pyflakes", (_, content) => {
+        const file = path.join(tempDir("py"), "script.py");
+        fs.writeFileSync(file, content);
+        const compiled = run("/usr/bin/python3", ["-c", "import ast, sys; ast.parse(open(sys.argv[1]).read())", file]);
+        expect(compiled.stderr).toBe("");
+        const flakes = run("pyflakes3", [file]);
+        expect(flakes.stdout + flakes.stderr).toBe("");
+        expect(flakes.status).toBe(0);
     });
 });
 
@@ -184,7 +182,7 @@ describe.runIf(toolsAvailable("systemd units", ["systemd-analyze"]))("systemd-an
     /** Units to verify for each rendered unit file or drop-in. */
     function unitsOf(host: RenderedHost): { file: string; unit: string; userUnit: boolean }[] {
         return host.files.flatMap((f): { file: string; unit: string; userUnit: boolean }[] => {
-            const system = /^\/etc\/systemd\/system\/(?:([^/]+)\.d\/[^/]+\.conf|([^/]+\.(?:service|timer)))$/.exec(f.path);
+            const system = /^\/etc\/systemd\/system\/(?:([^/]+)\.d\/[^/]+\.conf|([^/]+\.(?:service|timer|socket)))$/.exec(f.path);
             if (system) {
                 // Templates are verified through an instance.
                 const unit = (system[1] ?? system[2]).replace("user@.service", "user@1000.service").replace(/@\.(service|timer)$/, "@test.$1");

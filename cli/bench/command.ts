@@ -13,7 +13,7 @@ import { renderSandboxCompose } from "../../components/workloads/compose";
 import { importTestImage, startDockerd } from "../../test/helpers/dockerd";
 import { createTestNet, spawnInNamespace, waitForPort, inNamespace } from "../../test/helpers/netns";
 import { editedStack, renderHosts, renderedFile } from "../../test/helpers/stacks";
-import { installSandboxSshd, pinnedKnownHosts } from "../../test/helpers/sshdRig";
+import { installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "../../test/helpers/sshdRig";
 import { hasCommand, isRoot, run } from "../../test/helpers/tools";
 
 export interface Series {
@@ -117,6 +117,9 @@ export async function commandCost(runs: number, secondsPerSeries: number, log: (
         const root = fs.mkdtempSync("/run/airlock-bench-");
         cleanup.push(() => fs.rmSync(root, { recursive: true, force: true }));
         const hostPublicKey = installSandboxSshd(hosts.sandbox, root);
+        // Every command goes on the record through the root broker, as on the sandbox.
+        const broker = await startSandboxBroker(root, USER);
+        cleanup.push(() => broker.stop());
         const stubBin = path.join(root, "stub-bin");
         fs.mkdirSync(stubBin);
         fs.writeFileSync(path.join(stubBin, "tailscale"), `#!/bin/sh\necho ${net.serverTailnet}\n`, { mode: 0o755 });

@@ -56,6 +56,10 @@ export const SSHD_TEMPLATE_PATH = "/etc/airlock/sshd_config.in";
 export const COMPOSE_TEMPLATE_PATH = "/etc/airlock/compose.yml.in";
 const RENDER = "/usr/local/sbin/airlock-tailnet-render";
 export const SANDBOX_WRAPPER_PATH = "/usr/local/libexec/airlock/sandbox-shell";
+/** The root broker (one process per connection to its socket) and the wrapper's client for it, beside the wrapper. */
+export const BROKER_PATH = "/usr/local/libexec/airlock/broker";
+export const BROKER_CLIENT_PATH = "/usr/local/libexec/airlock/broker-client.bash";
+export const BROKER_SOCKET_PATH = "/run/airlock/broker.sock";
 
 const script = (path: string, template: string, vars: Record<string, string> = {}): HostFile => ({
     path,
@@ -137,6 +141,7 @@ export function renderSandbox(cfg: StackConfig, images: ResolvedImages): Rendere
         script(SANDBOX_WRAPPER_PATH, "scripts/sandbox-shell", {
             envAllowlist: cfg.agent.envAllowlist.join(" "),
         }),
+        ...brokerFiles(cfg),
         script("/usr/local/sbin/airlock-mount-workspace", "scripts/mount-workspace", { agentUser: user }),
         ...checkpointFiles(cfg, images),
         config("/etc/systemd/system/airlock-workspace.service", "systemd/airlock-workspace.service"),
@@ -148,6 +153,19 @@ export function renderSandbox(cfg: StackConfig, images: ResolvedImages): Rendere
         config("/etc/systemd/system/airlock-egress-refresh.timer", "systemd/airlock-egress-refresh.timer"),
     ];
     return assemble(cfg, "sandbox", files, { agentUser: user, agentUid: cfg.agent.uid });
+}
+
+/**
+ * The root broker: the only way the wrapper (running as the agent) gets anything
+ * done as root - today the command record, and the checkpoints of issue 12.
+ */
+function brokerFiles(cfg: StackConfig): HostFile[] {
+    return [
+        script(BROKER_PATH, "scripts/broker"),
+        config(BROKER_CLIENT_PATH, "scripts/broker-client.bash"),
+        config("/etc/systemd/system/airlock-broker.socket", "systemd/airlock-broker.socket", { agentUser: cfg.agent.user }),
+        config("/etc/systemd/system/airlock-broker@.service", "systemd/airlock-broker@.service"),
+    ];
 }
 
 export function renderGateway(cfg: StackConfig, images: ResolvedImages): RenderedHost {

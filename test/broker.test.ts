@@ -1,0 +1,190 @@
+import { createHash } from "node:crypto";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { readStackFile } from "../components/config/load";
+import { installBrokerFiles, recordEntries, startBroker, talk, TestBroker } from "./helpers/broker";
+import { renderHosts, stackFile, tempDir } from "./helpers/stacks";
+import { isRoot, run, toolsAvailable } from "./helpers/tools";
+
+/**
+ * The root broker on its own, through its socket as the wrapper reaches it: every
+ * request is hostile, the record is a hash chain with one line per entry, and a
+ * connection that goes away still gets its record completed.
+ */
+
+const b64 = (text: string | Buffer) => Buffer.from(text).toString("base64");
+const sha256 = (line: string) => createHash("sha256").update(line).digest("hex");
+const CONNECTION = b64("100.100.7.2 52000 100.100.7.1 22");
+const IMAGE = b64(`sha256:${"1f".repeat(32)} registry.example/shell@sha256:${"ab".repeat(32)}`);
+const begin = (command: string, env = "-", extra = "") => `record-begin command=${b64(command)} env=${env} image=${IMAGE} connection=${CONNECTION}${extra}\n`;
+
+describe.runIf(toolsAvailable("root broker", ["systemd-socket-activate", "socat", "python3"]))("root broker", () => {
+    let broker: TestBroker;
+    let dir: string;
+
+    beforeAll(async () => {
+        dir = tempDir("broker");
+        const files = installBrokerFiles(renderHosts(readStackFile(stackFile("dev"))).sandbox, dir);
+        broker = await startBroker(files.broker, files.socket, files.stateDir);
+    });
+    afterAll(async () => {
+        await broker?.stop();
+        if (process.env.AIRLOCK_DEBUG) console.log(fs.readFileSync(broker.log, "utf8"));
+    });
+
+    const lines = () => (fs.existsSync(broker.recordFile) ? fs.readFileSync(broker.recordFile, "utf8").split("\n").filter(Boolean) : []);
+
+    it("records a command before it runs and completes it after, on one connection", () => {
+        const reply = talk(broker.socket, begin("git status", "GITHUB_TOKEN,TASK_ID") + "record-end exit=3\n");
+        expect(reply.lines).toEqual([expect.stringMatching(/^data \d+$/), "ok", "ok"]);
+        const entries = recordEntries(broker.recordFile);
+        const [started, ended] = entries.slice(-2);
+        expect(started).toMatchObject({
+            v: 1,
+            kind: "begin",
+            command: "git status",
+            env: ["GITHUB_TOKEN", "TASK_ID"],
+            session: "100.100.7.2:52000",
+            source: "100.100.7.1",
+            image: `registry.example/shell@sha256:${"ab".repeat(32)}`,
+            image_id: `sha256:${"1f".repeat(32)}`,
+            checkpoint: null,
+            uid: process.getuid!(),
+        });
+        expect(String(started.seq)).toBe(reply.lines[0].slice(5));
+        expect(ended).toMatchObject({ kind: "end", of: started.seq, exit: 3, ended: "exited" });
+        expect(ended.duration_ms).toBeGreaterThanOrEqual(0);
+        expect(entries[0]).toMatchObject({ seq: 0, kind: "chain", prev: "0".repeat(64) });
+        expect(entries[0].chain).toMatch(/^[0-9a-f]{32}$/);
+    });
+
+    it("chains every line to the one before it, by the SHA-256 of its bytes", () => {
+        const all = lines();
+        all.forEach((line, i) => {
+            const entry = JSON.parse(line);
+            expect(entry.seq).toBe(i);
+            if (i > 0) expect(entry.prev).toBe(sha256(all[i - 1]));
+        });
+    });
+
+    it("keeps hostile text in one escaped line: newlines, quotes, terminal escapes, invalid UTF-8", () => {
+        const nasty = Buffer.concat([Buffer.from('echo "}\n{\\"kind\\":\\"end\\"}\r\x1b[2K\x07 '), Buffer.from([0xff, 0xfe])]);
+        const before = lines().length;
+        const reply = talk(broker.socket, `record-begin command=${b64(nasty)} env=- image= connection=\nrecord-end exit=0\n`);
+        expect(reply.lines.slice(1)).toEqual(["ok", "ok"]);
+        const added = lines().slice(before);
+        expect(added).toHaveLength(2);
+        expect(added[0]).toMatch(/^[\x20-\x7e]+$/);
+        expect(JSON.parse(added[0]).command).toBe('echo "}\n{\\"kind\\":\\"end\\"}\r\x1b[2K\x07 \\xff\\xfe');
+        expect(JSON.parse(added[0])).toMatchObject({ image: null, image_id: null, session: null, source: null });
+    });
+
+    it("refuses every malformed request with one error line and leaves the record alone", () => {
+        const value = ["ghp", "notARealTokenButShapedLikeOne0123456789"].join("_");
+        const refused: [string, string | Buffer, RegExp][] = [
+            ["unknown verb", "rm-record\n", /^error unknown verb rm-record$/],
+            ["verb with shell syntax", "record-begin;id\n", /^error unknown verb$/],
+            ["missing arguments", `record-begin command=${b64("ls")}\n`, /missing env, image, connection/],
+            ["unknown argument", begin("ls", "-", " extra=1"), /unexpected argument extra/],
+            ["argument twice", begin("ls", "-", ` command=${b64("id")}`), /command given twice/],
+            ["not base64", begin("ls").replace(/command=\S+/, "command=$(id)"), /command: expected base64/],
+            ["base64 with a bad tail", begin("ls").replace(/command=\S+/, "command=bHM"), /command: expected base64/],
+            ["a value where names go", begin("ls", `GITHUB_TOKEN=${value}`), /env: expected distinct variable names/],
+            ["lower-case names", begin("ls", "github_token"), /env: expected distinct/],
+            ["names twice", begin("ls", "A,A"), /env: expected distinct/],
+            ["image not from docker inspect", begin("ls").replace(/image=\S+/, `image=${b64("sha256:x; rm -rf /")}`), /image: expected/],
+            ["connection that is not SSH_CONNECTION", begin("ls").replace(/connection=\S+/, `connection=${b64("1.2.3.4 22")}`), /connection: expected/],
+            ["empty command", begin(""), /command: empty/],
+            ["command over the kernel's limit", begin("x".repeat(128 * 1024 + 1)), /command: longer than 131072 bytes/],
+            ["two spaces", begin("ls").replace(" env", "  env"), /printable ASCII words/],
+            ["a tab", begin("ls").replace(" env", "\tenv"), /printable ASCII words/],
+            ["a NUL byte", Buffer.concat([Buffer.from("record-end exit=0"), Buffer.from([0]), Buffer.from("\n")]), /printable ASCII words/],
+            ["non-ASCII", "record-end exit=\u0660\n", /printable ASCII words/],
+            ["exit out of range", "record-end exit=256\n", /exit: expected 0 to 255/],
+            ["exit not a number", "record-end exit=0x1\n", /exit: expected a whole number/],
+            ["end without a begin", "record-end exit=0\n", /no record is open on this connection/],
+            ["read with a malformed chain", "record-read chain=../../etc start=0\n", /chain: malformed/],
+        ];
+        const before = fs.readFileSync(broker.recordFile);
+        for (const [what, request, expected] of refused) {
+            const reply = talk(broker.socket, request);
+            expect(reply.lines, what).toHaveLength(1);
+            expect(reply.lines[0], what).toMatch(expected);
+        }
+        expect(fs.readFileSync(broker.recordFile).equals(before)).toBe(true);
+    });
+
+    it("answers an over-long line once and then hangs up", () => {
+        const reply = talk(broker.socket, `record-end exit=${"1".repeat(300 * 1024)}\nrecord-end exit=0\n`);
+        expect(reply.lines).toEqual([expect.stringMatching(/^error a request is one line of at most 262144 bytes$/)]);
+    });
+
+    it("one open record per connection, and an end only for it", () => {
+        const reply = talk(broker.socket, begin("sleep 1") + begin("id") + "record-end exit=0\nrecord-end exit=0\n");
+        expect(reply.lines.slice(1)).toEqual(["ok", "error a record is already open on this connection", "ok", "error no record is open on this connection"]);
+    });
+
+    it("completes the record itself when the client goes away without an end", () => {
+        const reply = talk(broker.socket, begin("sleep 600"));
+        expect(reply.lines[1]).toBe("ok");
+        const seq = Number(reply.lines[0].slice(5));
+        const ended = recordEntries(broker.recordFile).find((e) => e.kind === "end" && e.of === seq);
+        expect(ended).toMatchObject({ exit: null, ended: "client-gone" });
+    });
+
+    it("keeps one linear chain under concurrent connections", async () => {
+        const before = lines().length;
+        const clients = Array.from({ length: 16 }, (_, i) =>
+            new Promise<void>((resolve) => {
+                const { spawn } = require("node:child_process") as typeof import("node:child_process");
+                const socat = spawn("socat", ["-t", "5", "-", `UNIX-CONNECT:${broker.socket}`], { stdio: ["pipe", "ignore", "ignore"] });
+                socat.stdin.end(begin(`echo ${i}`) + "record-end exit=0\n");
+                socat.on("exit", () => resolve());
+            }),
+        );
+        await Promise.all(clients);
+        const all = lines();
+        expect(all.length - before).toBe(32);
+        all.forEach((line, i) => {
+            expect(JSON.parse(line).seq).toBe(i);
+            if (i > 0) expect(JSON.parse(line).prev).toBe(sha256(all[i - 1]));
+        });
+        const ends = recordEntries(broker.recordFile).filter((e) => e.kind === "end").map((e) => e.of);
+        expect(new Set(ends).size).toBe(ends.length);
+    });
+
+    it("reads the record back from a sequence number of its chain, or whole for another chain", () => {
+        const chain = recordEntries(broker.recordFile)[0].chain;
+        const total = lines().length;
+        const from = talk(broker.socket, `record-read chain=${chain} start=${total - 2}\n`).lines;
+        expect(from).toEqual([...lines().slice(-2).map((l) => `data ${l}`), "ok"]);
+        expect(talk(broker.socket, `record-read chain=${"0".repeat(32)} start=${total - 2}\n`).lines).toHaveLength(total + 1);
+        expect(talk(broker.socket, "record-read chain=- start=5\n").lines).toHaveLength(total + 1);
+    });
+
+    it("refuses new records (and so commands) when the record's last line is incomplete", () => {
+        const before = fs.readFileSync(broker.recordFile);
+        fs.appendFileSync(broker.recordFile, '{"v":1,"seq":');
+        try {
+            const reply = talk(broker.socket, begin("ls"));
+            expect(reply.lines).toEqual([expect.stringMatching(/^error the command record ends in an incomplete line; move .* aside to start a new chain$/)]);
+        } finally {
+            fs.writeFileSync(broker.recordFile, before);
+        }
+    });
+
+    it.runIf(isRoot())("refuses new records when the record's filesystem is nearly full", async () => {
+        const small = tempDir("broker-full");
+        expect(run("mount", ["-t", "tmpfs", "-o", "size=64m,mode=0700", "tmpfs", small]).status).toBe(0);
+        const files = installBrokerFiles(renderHosts(readStackFile(stackFile("dev"))).sandbox, tempDir("broker-full-files"));
+        const full = await startBroker(files.broker, files.socket, small);
+        try {
+            expect(talk(full.socket, begin("ls")).lines).toEqual(["error less than 256 MiB free for the command record"]);
+            expect(fs.existsSync(path.join(small, "record.jsonl")) && fs.statSync(path.join(small, "record.jsonl")).size).toBeFalsy();
+        } finally {
+            await full.stop();
+            run("umount", [small]);
+        }
+    });
+});

@@ -1,0 +1,84 @@
+import { ChildProcess, spawn } from "node:child_process";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { BROKER_CLIENT_PATH, BROKER_PATH, BROKER_SOCKET_PATH, RenderedHost } from "../../components/render/hosts";
+import { renderedFile } from "./stacks";
+import { isRoot, run } from "./tools";
+
+/**
+ * The sandbox's root broker without systemd as PID 1: `systemd-socket-activate
+ * --accept --inetd` does what airlock-broker.socket (Accept=yes) does - one broker
+ * per connection, the connection as stdin/stdout - and the socket gets the unit's
+ * owner, group and mode. The broker's state directory (systemd's StateDirectory=)
+ * is a root-owned 0700 folder under `root`.
+ */
+export interface TestBroker {
+    socket: string;
+    stateDir: string;
+    recordFile: string;
+    log: string;
+    stop(): Promise<void>;
+}
+
+/** The rendered broker client with its socket moved to `socket` (nothing else changes). */
+export function brokerClient(sandbox: RenderedHost, socket: string): string {
+    const client = renderedFile(sandbox, BROKER_CLIENT_PATH);
+    if (!client.includes(`BROKER_SOCKET=${BROKER_SOCKET_PATH}\n`)) throw new Error("broker client: socket path not found");
+    return client.replace(`BROKER_SOCKET=${BROKER_SOCKET_PATH}\n`, `BROKER_SOCKET=${socket}\n`);
+}
+
+/**
+ * Installs the wrapper, the broker client (socket moved under `dir`) and the broker
+ * itself into `dir` at their host paths; returns the paths.
+ */
+export function installBrokerFiles(sandbox: RenderedHost, dir: string): { broker: string; socket: string; stateDir: string } {
+    const socket = path.join(dir, BROKER_SOCKET_PATH);
+    const broker = path.join(dir, BROKER_PATH);
+    fs.mkdirSync(path.dirname(broker), { recursive: true });
+    fs.writeFileSync(broker, renderedFile(sandbox, BROKER_PATH), { mode: 0o755 });
+    fs.writeFileSync(path.join(dir, BROKER_CLIENT_PATH), brokerClient(sandbox, socket), { mode: 0o644 });
+    return { broker, socket, stateDir: path.join(dir, "var/lib/airlock/record") };
+}
+
+/** Starts the broker for connections to `socket`; `group` may connect (root tests: the agent's group). */
+export async function startBroker(broker: string, socket: string, stateDir: string, group?: string): Promise<TestBroker> {
+    fs.mkdirSync(path.dirname(socket), { recursive: true, mode: 0o755 });
+    fs.rmSync(socket, { force: true });
+    fs.mkdirSync(stateDir, { recursive: true, mode: 0o700 });
+    fs.chmodSync(stateDir, 0o700);
+    const log = path.join(path.dirname(stateDir), "broker.log");
+    const out = fs.openSync(log, "a");
+    const child: ChildProcess = spawn(
+        "systemd-socket-activate",
+        ["--accept", "--inetd", "--listen", socket, `--setenv=STATE_DIRECTORY=${stateDir}`, broker],
+        { stdio: ["ignore", out, out] },
+    );
+    fs.closeSync(out);
+    for (let i = 0; i < 100 && !fs.existsSync(socket); i++) await new Promise((resolve) => setTimeout(resolve, 50));
+    if (!fs.existsSync(socket)) {
+        child.kill("SIGKILL");
+        throw new Error(`broker socket did not appear: ${fs.readFileSync(log, "utf8")}`);
+    }
+    // What SocketUser=root, SocketGroup=<agent>, SocketMode=0660 give the real socket.
+    if (group && isRoot()) run("chgrp", [group, socket]);
+    fs.chmodSync(socket, group ? 0o660 : 0o600);
+    const stop = () =>
+        new Promise<void>((resolve) => {
+            if (child.exitCode !== null || child.signalCode !== null) return resolve();
+            child.once("exit", () => resolve());
+            child.kill("SIGTERM");
+        });
+    return { socket, stateDir, recordFile: path.join(stateDir, "record.jsonl"), log, stop };
+}
+
+/** One raw exchange with the broker: `requests` as written, the reply lines as read. */
+export function talk(socket: string, requests: string | Buffer, user?: string): { status: number | null; lines: string[]; stderr: string } {
+    const socat = ["socat", "-t", "5", "-", `UNIX-CONNECT:${socket}`];
+    const result = run(user ? "runuser" : socat[0], user ? ["-u", user, "--", ...socat] : socat.slice(1), { input: requests, timeout: 20_000 });
+    return { status: result.status, lines: result.stdout.split("\n").filter((l) => l !== ""), stderr: result.stderr };
+}
+
+/** The record's entries, parsed. */
+export function recordEntries(file: string): Record<string, any>[] {
+    return fs.readFileSync(file, "utf8").split("\n").filter(Boolean).map((line) => JSON.parse(line));
+}
