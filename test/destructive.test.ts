@@ -1,21 +1,37 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
+import { DESTRUCTIVE_RULES_PATH } from "../components/render/checkpoints";
+import { renderTemplate } from "../components/render/templates";
 import { REPO, tempDir } from "./helpers/stacks";
 import { run, toolsAvailable } from "./helpers/tools";
 
 /**
  * The list of destructive command shapes (templates/checkpoints/destructive-commands)
- * and its matcher (templates/scripts/destructive-match), run for real on the
+ * and its matcher (destructive_rules in templates/scripts/checkpoint-client.bash), run for real on the
  * variants an agent actually produces: quoting, sudo, xargs, bash -c, pipelines.
  */
 
 const RULES = path.join(REPO, "templates/checkpoints/destructive-commands");
-const MATCHER = path.join(REPO, "templates/scripts/destructive-match");
 
-function match(command: string, rules = RULES): string[] {
-    const result = run("bash", [MATCHER, rules], { input: command });
-    if (result.status !== 0 && result.status !== 1) throw new Error(`matcher failed: ${result.stderr}`);
+/** The wrapper's client as rendered, reading `rules` instead of /etc/airlock/destructive-commands. */
+function client(rules: string): string {
+    const file = path.join(tempDir("client"), "checkpoint-client.bash");
+    const text = renderTemplate("scripts/checkpoint-client.bash", { autoCheckpoint: "true", sessions: "shared" });
+    if (!text.includes(`DESTRUCTIVE_RULES=${DESTRUCTIVE_RULES_PATH}\n`)) throw new Error("client: rules path not found");
+    fs.writeFileSync(file, text.replace(`DESTRUCTIVE_RULES=${DESTRUCTIVE_RULES_PATH}\n`, `DESTRUCTIVE_RULES=${rules}\n`));
+    return file;
+}
+const shippedClient = client(RULES);
+
+/** destructive_rules of the rendered client, as the wrapper calls it. */
+function matchWith(clientFile: string, command: string) {
+    return run("bash", ["-c", '. "$1"; destructive_rules "$2"', "match", clientFile, command]);
+}
+
+function match(command: string): string[] {
+    const result = matchWith(shippedClient, command);
+    if (result.status !== 0 && result.status !== 1) throw new Error(`matcher failed (${result.status}): ${result.stderr}`);
     expect(result.stderr).toBe("");
     const names = result.stdout.trim() ? result.stdout.trim().split("\n") : [];
     expect(result.status === 0, `exit status agrees with the output for ${command}`).toBe(names.length > 0);
@@ -196,7 +212,9 @@ describe.runIf(toolsAvailable("destructive-command matcher", ["bash", "grep"]))(
     it("a rules file with a broken pattern fails loudly instead of matching nothing", () => {
         const rules = path.join(tempDir("rules"), "rules");
         fs.writeFileSync(rules, "broken  rm[\n");
-        const result = run("bash", [MATCHER, rules], { input: "rm -rf app" });
-        expect(result.status).toBe(2);
+        expect(matchWith(client(rules), "rm -rf app").status).toBe(2);
+        expect(matchWith(client(path.join(tempDir("rules"), "missing")), "rm -rf app").status).toBe(2);
+        fs.writeFileSync(rules, "# only comments\n");
+        expect(matchWith(client(rules), "rm -rf app").status).toBe(2);
     });
 });

@@ -11,7 +11,8 @@ import { renderTemplate } from "./templates";
 export const CHECKPOINT_ENGINE_PATH = "/usr/local/libexec/airlock/checkpoint";
 export const CHECKPOINTS_CONFIG_PATH = "/etc/airlock/checkpoints.json";
 export const DESTRUCTIVE_RULES_PATH = "/etc/airlock/destructive-commands";
-export const DESTRUCTIVE_MATCH_PATH = "/usr/local/libexec/airlock/destructive-match";
+/** Sourced by the wrapper, beside it. */
+export const CHECKPOINT_CLIENT_PATH = "/usr/local/libexec/airlock/checkpoint-client.bash";
 /** Named like a compose file, so the gate judges it wherever it is embedded. */
 export const SESSION_COMPOSE_PATH = "/etc/airlock/compose.session.yml.in";
 /** The volume's top level: root only. */
@@ -46,7 +47,11 @@ export function checkpointFiles(cfg: StackConfig, images: ResolvedImages): File[
         { path: CHECKPOINT_ENGINE_PATH, content: renderTemplate("scripts/checkpoint", {}), permissions: "0700" },
         { path: CHECKPOINTS_CONFIG_PATH, content: `${JSON.stringify(checkpointsConfig(cfg), null, 2)}\n`, permissions: "0644" },
         { path: DESTRUCTIVE_RULES_PATH, content: renderTemplate("checkpoints/destructive-commands", {}), permissions: "0644" },
-        { path: DESTRUCTIVE_MATCH_PATH, content: renderTemplate("scripts/destructive-match", {}), permissions: "0755" },
+        {
+            path: CHECKPOINT_CLIENT_PATH,
+            content: renderTemplate("scripts/checkpoint-client.bash", { autoCheckpoint: String(cfg.sandbox.checkpoints.auto), sessions: cfg.sandbox.sessions.mode }),
+            permissions: "0644",
+        },
         { path: "/etc/systemd/system/airlock-checkpoints.service", content: renderTemplate("systemd/airlock-checkpoints.service", { engine: CHECKPOINT_ENGINE_PATH }), permissions: "0644" },
         { path: "/etc/systemd/system/airlock-checkpoints.timer", content: renderTemplate("systemd/airlock-checkpoints.timer", {}), permissions: "0644" },
     ];
