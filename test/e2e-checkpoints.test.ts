@@ -3,11 +3,10 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
-import { checkpointsConfig, CHECKPOINT_ENGINE_PATH } from "../components/render/checkpoints";
-import { renderSandboxCompose, renderSessionCompose, SESSION_WORKSPACES_DIR } from "../components/workloads/compose";
 import { attachLoop, LoopDevice, mountsUnder, unmountUnder } from "./helpers/btrfs";
-import { importTestImage, startDockerd, TestDocker } from "./helpers/dockerd";
-import { editedStack, renderHosts, renderedFile } from "./helpers/stacks";
+import { CheckpointRig, RIG_IMAGE, startCheckpointRig } from "./helpers/checkpointRig";
+import type { TestDocker } from "./helpers/dockerd";
+import { editedStack, renderHosts } from "./helpers/stacks";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -21,23 +20,21 @@ const canRun = isRoot() && toolsAvailable("e2e checkpoints", ["losetup", "mkfs.b
 if (!isRoot()) console.warn("SKIPPED e2e checkpoints: loop devices and a test dockerd need root (CI runs it as root)");
 
 const AGENT = "airlock-ckpt";
-const IMAGE = "airlock-test/shell-git:1";
+const IMAGE = RIG_IMAGE;
 const b64 = (text: string) => Buffer.from(text, "utf8").toString("base64");
 const GiB = 1024 ** 3;
 
 describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
+    let rig: CheckpointRig | undefined;
     let root: string;
-    let dockerd: TestDocker | undefined;
     const loops: LoopDevice[] = [];
     let createdUser = false;
     let uid: number;
-    let userSocketDir: string;
-    let createdSocketDir = false;
     let engine: string;
     let mountScript: string;
-    let configPath: string;
     let config: Record<string, any>;
     let compose: string;
+    let dockerd: TestDocker | undefined;
     // The main volume's paths.
     let volume: string;
     let workspaces: string;
@@ -46,11 +43,11 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
     const asAgent = (script: string) => run("runuser", ["-u", AGENT, "--", "bash", "-c", script], { timeout: 60_000 });
     const exec = (container: string, script: string) => dockerd!.docker(["exec", container, "bash", "-c", script]);
     const containerId = (name: string) => dockerd!.docker(["inspect", "--format", "{{.Id}}", name]).stdout.trim();
-    const ckpt = (...args: string[]) => run(engine, args, { env: { PATH: "/usr/bin:/bin", AIRLOCK_CHECKPOINTS_CONFIG: configPath }, timeout: 300_000 });
+    const ckpt = (...args: string[]) => rig!.ckpt(...args);
     const list = (ws = "shared") => JSON.parse(ckpt("list", ws, "--json").stdout) as { id: number; kind: string; label: string; then: string | null; exit: number | null; containers: { name: string; image: string; imageId: string }[] | null }[];
     const writeConfig = (changes: Record<string, unknown> = {}) => {
-        config = { ...config, ...changes };
-        fs.writeFileSync(configPath, JSON.stringify(config));
+        rig!.configure(changes);
+        config = rig!.config;
     };
     /** The rendered mount script with the test's device and directories. */
     const mountVolume = (device: string, dirs: { volume: string; workspaces: string; link: string }) =>
@@ -61,86 +58,39 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
     const dirsUnder = (base: string) => ({ volume: path.join(base, "volume"), workspaces: path.join(base, "workspaces"), link: path.join(base, "workspace") });
 
     beforeAll(async () => {
-        root = fs.mkdtempSync("/tmp/airlock-ckpt-");
-        fs.chmodSync(root, 0o755);
         if (run("id", [AGENT]).status !== 0) {
             expect(run("useradd", ["--create-home", "--shell", "/bin/bash", AGENT]).status).toBe(0);
             createdUser = true;
         }
         uid = Number(run("id", ["-u", AGENT]).stdout.trim());
-
-        const stack = editedStack("dev", (c) => {
-            c["airlock:agent"].user = AGENT;
-            c["airlock:sandbox"].sessions = "per-session";
-            c["airlock:workloads"].postgres = { enabled: false };
-        });
-        const cfg = readStackFile(stack);
-        const sandbox = renderHosts(cfg).sandbox;
-        engine = path.join(root, "checkpoint");
-        fs.writeFileSync(engine, renderedFile(sandbox, CHECKPOINT_ENGINE_PATH), { mode: 0o700 });
+        const cfg = readStackFile(
+            editedStack("dev", (c) => {
+                c["airlock:agent"].user = AGENT;
+                c["airlock:sandbox"].sessions = "per-session";
+                c["airlock:workloads"].postgres = { enabled: false };
+            }),
+        );
+        rig = await startCheckpointRig(cfg, renderHosts(cfg).sandbox, 2 * GiB);
+        root = rig.work;
+        engine = rig.engine;
         mountScript = path.join(root, "mount-workspace");
-        fs.writeFileSync(mountScript, renderedFile(sandbox, "/usr/local/sbin/airlock-mount-workspace"), { mode: 0o700 });
-
-        ({ volume, workspaces, link } = dirsUnder(root));
-        const main = attachLoop(root, "main", 2 * GiB);
-        loops.push(main);
-        const mounted = mountVolume(main.device, { volume, workspaces, link });
-        expect(mounted.stderr).toContain("blank volume: formatting it btrfs");
-        expect(mounted.status).toBe(0);
-
-        // The agent's rootless socket path, served by the rootful test daemon.
-        userSocketDir = `/run/user/${uid}`;
-        if (!fs.existsSync(userSocketDir)) {
-            fs.mkdirSync(userSocketDir, { recursive: true, mode: 0o700 });
-            createdSocketDir = true;
-        }
-        run("chown", [`${AGENT}:${AGENT}`, userSocketDir]);
-        const agentSocket = path.join(userSocketDir, "docker.sock");
-        expect(fs.existsSync(agentSocket), `${agentSocket} exists already`).toBe(false);
-        const dockerDir = path.join(root, "docker");
-        fs.mkdirSync(dockerDir);
-        dockerd = await startDockerd(dockerDir, [agentSocket]);
-        run("chown", [AGENT, agentSocket]);
-        importTestImage(dockerd, dockerDir, IMAGE, ["/usr/bin/git"]);
-
-        const images = { sandboxShell: IMAGE, browser: IMAGE, postgres: IMAGE, redis: IMAGE, api: IMAGE, adguard: IMAGE, services: {} };
-        compose = path.join(root, "compose.yml");
-        fs.writeFileSync(compose, renderSandboxCompose(cfg, images).replaceAll("@TAILNET_IPV4@", "127.0.0.1").replace("- /workspace:/workspace", `- ${link}:/workspace`));
-        const sessionTemplate = path.join(root, "compose.session.yml.in");
-        fs.writeFileSync(sessionTemplate, renderSessionCompose(cfg, images).replaceAll(`${SESSION_WORKSPACES_DIR}/`, `${workspaces}/`));
-        const up = run("docker-compose", ["--project-name", "airlock", "--file", compose, "up", "--detach"], { env: dockerd.env, timeout: 180_000 });
-        expect(up.status, up.stderr).toBe(0);
-
-        configPath = path.join(root, "checkpoints.json");
-        config = {
-            ...checkpointsConfig(cfg),
-            dockerHost: `unix://${agentSocket}`,
-            volume,
-            workspacesMount: workspaces,
-            runDir: path.join(root, "run"),
-            sessionCompose: sessionTemplate,
-        };
-        config.shell = { ...config.shell, composeFile: compose };
-        writeConfig();
+        ({ volume, workspaces, link } = rig.dirs);
+        compose = rig.compose;
+        dockerd = rig.docker;
+        config = rig.config;
+        expect(rig.mounted.stderr).toContain("blank volume: formatting it btrfs");
     }, 300_000);
 
     afterAll(async () => {
-        if (dockerd) {
-            for (const id of dockerd.docker(["ps", "--all", "--quiet"]).stdout.split(/\s+/).filter(Boolean)) dockerd.docker(["rm", "--force", id]);
-            await dockerd.stop();
-        }
-        if (userSocketDir) fs.rmSync(path.join(userSocketDir, "docker.sock"), { force: true });
-        if (createdSocketDir) fs.rmSync(userSocketDir, { recursive: true, force: true });
-        if (root) unmountUnder(root);
         for (const loop of loops) loop.release();
-        if (root && mountsUnder(root).length === 0) run("rm", ["-rf", root]);
+        await rig?.release();
         run("pkill", ["--uid", AGENT]);
         if (createdUser) run("userdel", ["--remove", AGENT]);
     }, 120_000);
 
     describe("the volume", () => {
         it("a blank volume becomes btrfs, laid out with the top level for root alone", () => {
-            expect(run("blkid", ["--probe", "--output", "value", "--match-tag", "TYPE", loops[0].device]).stdout.trim()).toBe("btrfs");
+            expect(run("blkid", ["--probe", "--output", "value", "--match-tag", "TYPE", rig!.device]).stdout.trim()).toBe("btrfs");
             const mode = (p: string) => (fs.statSync(p).mode & 0o7777).toString(8);
             expect(mode(volume)).toBe("700");
             expect(mode(path.join(volume, "checkpoints"))).toBe("700");
@@ -162,10 +112,10 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
 
         it("mounting again is a no-op, and after an unmount (a reboot) the layout and data are reused, never reformatted", () => {
             fs.writeFileSync(path.join(link, "survives"), "yes\n");
-            expect(mountVolume(loops[0].device, { volume, workspaces, link }).status).toBe(0);
+            expect(mountVolume(rig!.device, { volume, workspaces, link }).status).toBe(0);
             unmountUnder(volume);
             unmountUnder(workspaces);
-            const again = mountVolume(loops[0].device, { volume, workspaces, link });
+            const again = mountVolume(rig!.device, { volume, workspaces, link });
             expect(again.stderr).not.toContain("formatting");
             expect(again.status).toBe(0);
             expect(fs.readFileSync(path.join(link, "survives"), "utf8")).toBe("yes\n");

@@ -5,12 +5,10 @@ import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { StackConfig } from "../components/config/schema";
-import { CHECKPOINT_CLIENT_PATH, CHECKPOINT_ENGINE_PATH, checkpointsConfig } from "../components/render/checkpoints";
+import { CHECKPOINT_CLIENT_PATH, CHECKPOINT_ENGINE_PATH } from "../components/render/checkpoints";
 import { RenderedHost, SANDBOX_WRAPPER_PATH, SSHD_TEMPLATE_PATH } from "../components/render/hosts";
-import { renderSandboxCompose, renderSessionCompose, SESSION_WORKSPACES_DIR } from "../components/workloads/compose";
-import { attachLoop, LoopDevice, mountsUnder, unmountUnder } from "./helpers/btrfs";
 import { checkpointClient, recordEntries, TestBroker } from "./helpers/broker";
-import { importTestImage, startDockerd, TestDocker } from "./helpers/dockerd";
+import { CheckpointRig, startCheckpointRig } from "./helpers/checkpointRig";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
 import { editedStack, renderHosts, renderedFile, tempDir } from "./helpers/stacks";
 import { installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
@@ -30,20 +28,15 @@ const canRun =
 if (!isRoot()) console.warn("SKIPPED e2e undo through ssh: needs root (CI runs it as root)");
 
 const AGENT = "airlock-undo";
-const IMAGE = "airlock-test/shell-git:1";
 const GiB = 1024 ** 3;
 
 describe.runIf(canRun)("the undo button through ssh", () => {
     let net: TestNet;
     let root: string;
-    let work: string;
-    let loop: LoopDevice | undefined;
-    let dockerd: TestDocker | undefined;
+    let rig: CheckpointRig | undefined;
     let broker: TestBroker | undefined;
     let sshd: ChildProcess | undefined;
     let createdUser = false;
-    let userSocketDir = "";
-    let createdSocketDir = false;
     let clientDir: string;
     let clientKey: string;
     let gatewayConfig: string;
@@ -51,7 +44,7 @@ describe.runIf(canRun)("the undo button through ssh", () => {
     let dirs: { volume: string; workspaces: string; link: string };
     const sandboxes: Partial<Record<"shared" | "per-session", RenderedHost>> = {};
 
-    const docker = (...args: string[]) => dockerd!.docker(args);
+    const docker = (...args: string[]) => rig!.docker.docker(args);
     const containerId = (name: string) => docker("inspect", "--format", "{{.Id}}", name).stdout.trim();
     /** The engine as the timer runs it, in the sandbox's namespace (it looks at the sandbox's connections). */
     const maintain = () => inNamespace(net.server, [path.join(root, CHECKPOINT_ENGINE_PATH), "maintain"], { env: engineEnv });
@@ -90,7 +83,6 @@ describe.runIf(canRun)("the undo button through ssh", () => {
             expect(run("useradd", ["--create-home", "--shell", "/bin/bash", AGENT]).status).toBe(0);
             createdUser = true;
         }
-        const uid = Number(run("id", ["-u", AGENT]).stdout.trim());
         clientDir = tempDir("undo-client");
         clientKey = path.join(clientDir, "id_ed25519");
         expect(run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", clientKey]).status).toBe(0);
@@ -114,45 +106,11 @@ describe.runIf(canRun)("the undo button through ssh", () => {
         root = fs.mkdtempSync("/run/airlock-undo-");
         const hostPublicKey = installSandboxSshd(sandboxes["per-session"]!, root);
 
-        // The workspace volume: a blank loop device, laid out by the rendered mount script.
-        work = fs.mkdtempSync("/tmp/airlock-undo-");
-        fs.chmodSync(work, 0o755);
-        dirs = { volume: path.join(work, "volume"), workspaces: path.join(work, "workspaces"), link: path.join(work, "workspace") };
-        loop = attachLoop(work, "volume", 3 * GiB);
-        const mounted = run(path.join(root, "usr/local/sbin/airlock-mount-workspace"), [], {
-            env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin", AIRLOCK_VOLUME_DEVICE: loop.device, AIRLOCK_VOLUME_DIR: dirs.volume, AIRLOCK_WORKSPACES_DIR: dirs.workspaces, AIRLOCK_WORKSPACE_LINK: dirs.link },
-        });
-        expect(mounted.status, mounted.stderr).toBe(0);
-
-        // The agent's rootless Docker socket, served by the test daemon.
-        userSocketDir = `/run/user/${uid}`;
-        if (!fs.existsSync(userSocketDir)) {
-            fs.mkdirSync(userSocketDir, { recursive: true, mode: 0o700 });
-            createdSocketDir = true;
-        }
-        run("chown", [`${AGENT}:${AGENT}`, userSocketDir]);
-        const agentSocket = path.join(userSocketDir, "docker.sock");
-        fs.mkdirSync(path.join(work, "docker"));
-        dockerd = await startDockerd(path.join(work, "docker"), [agentSocket]);
-        run("chown", [AGENT, agentSocket]);
-        importTestImage(dockerd, path.join(work, "docker"), IMAGE, ["/usr/bin/git"]);
-        const images = { sandboxShell: IMAGE, browser: IMAGE, postgres: IMAGE, redis: IMAGE, api: IMAGE, adguard: IMAGE, services: {} };
-        const compose = path.join(work, "compose.yml");
-        fs.writeFileSync(compose, renderSandboxCompose(cfg, images).replaceAll("@TAILNET_IPV4@", "127.0.0.1").replace("- /workspace:/workspace", `- ${dirs.link}:/workspace`));
-        const sessionCompose = path.join(work, "compose.session.yml.in");
-        fs.writeFileSync(sessionCompose, renderSessionCompose(cfg, images).replaceAll(`${SESSION_WORKSPACES_DIR}/`, `${dirs.workspaces}/`));
-        const up = run("docker-compose", ["--project-name", "airlock", "--file", compose, "up", "--detach"], { env: dockerd.env, timeout: 180_000 });
-        expect(up.status, up.stderr).toBe(0);
-
-        // The engine's settings: the rendered ones, with this rig's paths.
-        const base = checkpointsConfig(cfg) as Record<string, any>;
-        const configPath = path.join(work, "checkpoints.json");
-        fs.writeFileSync(
-            configPath,
-            JSON.stringify({ ...base, dockerHost: `unix://${agentSocket}`, volume: dirs.volume, workspacesMount: dirs.workspaces, runDir: path.join(work, "run"), sessionCompose, shell: { ...base.shell, composeFile: compose } }),
-        );
-        engineEnv = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin", AIRLOCK_CHECKPOINTS_CONFIG: configPath };
-        broker = await startSandboxBroker(root, AGENT, { AIRLOCK_CHECKPOINT_ENGINE: path.join(root, CHECKPOINT_ENGINE_PATH), AIRLOCK_CHECKPOINTS_CONFIG: configPath });
+        // The volume, the agent's Docker and the engine; the broker runs that engine.
+        rig = await startCheckpointRig(cfg, sandboxes["per-session"]!, 3 * GiB);
+        dirs = rig.dirs;
+        engineEnv = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin", AIRLOCK_CHECKPOINTS_CONFIG: rig.configPath };
+        broker = await startSandboxBroker(root, AGENT, { AIRLOCK_CHECKPOINT_ENGINE: path.join(root, CHECKPOINT_ENGINE_PATH), AIRLOCK_CHECKPOINTS_CONFIG: rig.configPath });
 
         // sshd on the "tailnet" address, its config rendered by the real boot script.
         const stubBin = path.join(root, "stub-bin");
@@ -177,15 +135,7 @@ describe.runIf(canRun)("the undo button through ssh", () => {
         }
         sshd?.kill("SIGTERM");
         await broker?.stop();
-        if (dockerd) {
-            for (const id of dockerd.docker(["ps", "--all", "--quiet"]).stdout.split(/\s+/).filter(Boolean)) dockerd.docker(["rm", "--force", id]);
-            await dockerd.stop();
-        }
-        if (userSocketDir) fs.rmSync(path.join(userSocketDir, "docker.sock"), { force: true });
-        if (createdSocketDir) fs.rmSync(userSocketDir, { recursive: true, force: true });
-        if (work) unmountUnder(work);
-        loop?.release();
-        if (work && mountsUnder(work).length === 0) run("rm", ["-rf", work]);
+        await rig?.release();
         run("pkill", ["--uid", AGENT]);
         net?.close();
         if (root) fs.rmSync(root, { recursive: true, force: true });
