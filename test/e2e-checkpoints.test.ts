@@ -1,3 +1,4 @@
+import { spawn } from "node:child_process";
 import * as crypto from "node:crypto";
 import * as fs from "node:fs";
 import * as path from "node:path";
@@ -15,6 +16,23 @@ import { isRoot, run, toolsAvailable } from "./helpers/tools";
  * airlock-mount-workspace, the rendered engine driving a test dockerd through the
  * agent user's socket, and the agent user attacking its own safety net.
  */
+
+/** A stand-in for the Docker Engine API: notes each client's uid (SO_PEERCRED), answers every request with argv[3]. */
+const FAKE_DOCKER = `
+import socket, struct, sys
+path, peers, answer = sys.argv[1], sys.argv[2], sys.argv[3].encode()
+server = socket.socket(socket.AF_UNIX)
+server.bind(path)
+server.listen()
+while True:
+    conn, _ = server.accept()
+    _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    with open(peers, "a") as f:
+        f.write(f"{uid}\\n")
+    conn.recv(65536)
+    conn.sendall(b"HTTP/1.0 200 OK\\r\\nContent-Type: application/json\\r\\n\\r\\n" + answer)
+    conn.close()
+`;
 
 const canRun = isRoot() && toolsAvailable("e2e checkpoints", ["losetup", "mkfs.btrfs", "btrfs", "btrfs-convert", "mkfs.ext4", "dockerd", "docker", "docker-compose", "busybox", "git", "setpriv", "useradd"]);
 if (!isRoot()) console.warn("SKIPPED e2e checkpoints: loop devices and a test dockerd need root (CI runs it as root)");
@@ -240,6 +258,14 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
             expect(ckpt("restore", "shared", "--label-b64", b64("before cleanup")).stdout).toContain("restored shared to checkpoint 1");
         });
 
+        it("a restore also brings back a container that is gone, from its compose file", () => {
+            expect(dockerd!.docker(["rm", "--force", "agent-sandbox-shell"]).status).toBe(0);
+            const restored = ckpt("restore", "shared", "--id", "1");
+            expect(restored.stderr).toBe("");
+            expect(restored.status).toBe(0);
+            expect(exec("agent-sandbox-shell", "git --version; cat /workspace/app/migrations/002_orders.sql").stdout).toBe(`${run("git", ["--version"]).stdout}${migrations["002_orders.sql"]}`);
+        });
+
         it("a checkpoint records the image of every container", () => {
             const [first] = list();
             const names = (first.containers ?? []).map((c) => c.name);
@@ -256,6 +282,33 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
                 expect(result.stderr).toMatch(/^airlock: (no checkpoint 999 in workspace shared|no checkpoint labelled 'no such label'|a checkpoint id is a number)/);
             }
             expect({ list: ckpt("list", "shared", "--json").stdout, files: run("find", [path.join(link, "/")]).stdout, container: containerId("agent-sandbox-shell") }).toEqual(before);
+        });
+
+        it("the agent's Docker is asked as the agent, and a hostile answer is data: the checkpoint is taken, the answer dropped", async () => {
+            // A stand-in daemon on a socket of its own: it notes who asks and answers with poison.
+            const dir = fs.mkdtempSync(path.join(root, "fake-docker-"));
+            fs.chmodSync(dir, 0o755);
+            const socketPath = path.join(dir, "docker.sock");
+            const marker = path.join(dir, "pwned");
+            const evil = JSON.stringify([
+                { Names: ["/fine"], Image: `img@sha256:${"a".repeat(64)}`, ImageID: `sha256:${"b".repeat(64)}` },
+                { Names: [`/evil\n$(touch ${marker})`], Image: "`touch " + marker + "`", ImageID: "sha256:nope" },
+            ]);
+            const server = spawn("python3", ["-c", FAKE_DOCKER, socketPath, path.join(dir, "peers"), evil], { stdio: "ignore" });
+            try {
+                for (let i = 0; i < 50 && !fs.existsSync(socketPath); i++) await new Promise((r) => setTimeout(r, 100));
+                fs.chmodSync(socketPath, 0o666);
+                const configFile = path.join(dir, "checkpoints.json");
+                fs.writeFileSync(configFile, JSON.stringify({ ...config, dockerHost: `unix://${socketPath}` }));
+                const result = run(engine, ["create", "shared", "--label-b64", b64("hostile daemon")], { env: { PATH: "/usr/bin:/bin", AIRLOCK_CHECKPOINTS_CONFIG: configFile } });
+                expect(result.status).toBe(0);
+                expect(result.stderr).toBe("airlock: the container images could not be read; the workspace is checkpointed\n");
+                expect(list().at(-1)).toMatchObject({ label: "hostile daemon", containers: null });
+                expect(fs.readFileSync(path.join(dir, "peers"), "utf8").trim().split("\n")).toEqual([String(uid)]);
+                expect(fs.existsSync(marker)).toBe(false);
+            } finally {
+                server.kill();
+            }
         });
 
         it("bad requests are refused with one line, and nothing changes", () => {
