@@ -77,6 +77,8 @@ export async function startCheckpointRig(cfg: StackConfig, sandbox: RenderedHost
         const docker = await startDockerd(dockerDir, [agentSocket]);
         undo.push(async () => {
             for (const id of docker.docker(["ps", "--all", "--quiet"]).stdout.split(/\s+/).filter(Boolean)) docker.docker(["rm", "--force", id]);
+            // A network left behind keeps its bridge on the host after the daemon is gone.
+            docker.docker(["network", "prune", "--force"]);
             await docker.stop();
             fs.rmSync(agentSocket, { force: true });
         });
