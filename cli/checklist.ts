@@ -132,9 +132,9 @@ const AUTOMATIC: AutomaticItem[] = [
         title: "DNS only through AdGuard Home (query log on); metadata service blocked for the agent",
         rules: [],
         evidence: (plan) => {
-            const nft = artifact(plan, "sandbox", "etc/airlock/egress.nft.in") ?? "";
+            const nft = artifact(plan, "sandbox", "etc/airlock/egress.nft") ?? "";
             const adguard = artifact(plan, "gateway", "etc/airlock/adguard/AdGuardHome.yaml") ?? "";
-            const ok = /th dport 53 ip daddr != @resolver4 drop/.test(nft) && /169\.254\.169\.254 drop/.test(nft) && YAML.parse(adguard || "{}")?.querylog?.enabled === true;
+            const ok = /th dport 53 ip daddr != @resolver4 drop/.test(nft) && /ip daddr 169\.254\.169\.254 counter drop/.test(nft) && YAML.parse(adguard || "{}")?.querylog?.enabled === true;
             return ok ? `egress mode ${/mode: (\w+)/.exec(nft)?.[1]}` : undefined;
         },
     },
@@ -191,8 +191,8 @@ const MANUAL: ManualItem[] = [
     {
         section: "recovery",
         id: "backup-credentials-delivered",
-        title: "The gateway holds its backup credentials (and the restic password is kept elsewhere too)",
-        instruction: "Deliver /etc/airlock/backup/{gateway,sandbox}.env as in the README (\"Backups\"); keep each restic password in your password manager.",
+        title: "The gateway holds its backup credentials, each repository is initialised once and its id pinned (password and id kept elsewhere too)",
+        instruction: "Deliver /etc/airlock/backup/{gateway,sandbox}.env and run `sudo airlock-backup-init gateway` and `... sandbox` as in the README (\"Backups\"); keep each restic password and repository id in your password manager.",
     },
     {
         section: "recovery",

@@ -5,6 +5,7 @@ import * as YAML from "yaml";
 import { ConfigError, ownKeys, parseStackConfig, PROJECT, readStackFile } from "../components/config/load";
 import { LOCATIONS } from "../components/config/schema";
 import type { Finding } from "../policies/engine/finding";
+import { failing, loadPolicy } from "../policies/policy";
 import { gatePlan } from "./gate";
 import { planStack, stackFilePath } from "./offline";
 
@@ -19,6 +20,8 @@ export interface ForkOptions {
     customer: string;
     from: string;
     region?: string;
+    /** The policy the fork must pass (default: policies/config.json). */
+    policyFile?: string;
 }
 
 export interface ForkResult {
@@ -101,7 +104,7 @@ export async function forkStack(options: ForkOptions): Promise<ForkResult> {
     try {
         const staged = path.join(staging, `Pulumi.${customer}.yaml`);
         fs.writeFileSync(staged, text);
-        const findings = gatePlan(await planStack(staged, customer));
+        const findings = failing(gatePlan(await planStack(staged, customer), options.policyFile === undefined ? loadPolicy() : loadPolicy(options.policyFile)));
         if (findings.length > 0) throw new ForkRefused(`airlock fork: the forked stack fails the gate; ${target} not written`, findings);
     } finally {
         fs.rmSync(staging, { recursive: true, force: true });

@@ -1,90 +1,14 @@
-import * as fs from "node:fs";
-import * as path from "node:path";
-import * as YAML from "yaml";
-import { ConfigError } from "../components/config/load";
-import type { StackConfig } from "../components/config/schema";
-import { DEFAULT_CONTEXT, JudgeContext } from "../policies/engine/context";
 import type { Finding } from "../policies/engine/finding";
-import { ArtifactKind, judgeCloudInit, judgeCompose, judgeResources, judgeSshd } from "../policies/engine/judge";
-import type { PlannedResourceLike } from "../policies/engine/resource";
+import { judgeResources } from "../policies/engine/judge";
+import { enforce, loadPolicy, Policy } from "../policies/policy";
 import { planStack, StackPlan, stackFilePath } from "./offline";
 
-/** The judge context of a stack: its agent user, env allowlist and retention. */
-export function contextOfStack(config: StackConfig): JudgeContext {
-    return { agentUser: config.agent.user, envAllowlist: config.agent.envAllowlist, retentionDays: config.backup.retentionDays };
+/** A plan judged against the one policy (the stack's own values are what is judged, never the yardstick). */
+export function gatePlan(plan: StackPlan, policy: Policy = loadPolicy()): Finding[] {
+    return enforce(judgeResources(plan.resources, policy.context), policy);
 }
 
-export function gatePlan(plan: StackPlan): Finding[] {
-    return judgeResources(plan.resources, contextOfStack(plan.config));
-}
-
-export async function gateStack(stacksDir: string, stack: string): Promise<{ stack: string; findings: Finding[] }> {
+export async function gateStack(stacksDir: string, stack: string, policy: Policy = loadPolicy()): Promise<{ stack: string; findings: Finding[] }> {
     const plan = await planStack(stackFilePath(stacksDir, stack), stack);
-    return { stack, findings: gatePlan(plan) };
-}
-
-/** Resources from `pulumi preview --json` (steps[].newState) or `pulumi stack export` (deployment.resources). */
-export function resourcesOfPreview(file: string, text: string): PlannedResourceLike[] {
-    let doc: any;
-    try {
-        doc = JSON.parse(text);
-    } catch (err) {
-        throw new ConfigError([`${file}: not JSON: ${(err as Error).message}`]);
-    }
-    const states: any[] = Array.isArray(doc?.steps)
-        ? doc.steps.map((s: any) => s?.newState).filter(Boolean)
-        : Array.isArray(doc?.deployment?.resources)
-          ? doc.deployment.resources
-          : Array.isArray(doc?.resources)
-            ? doc.resources
-            : (() => {
-                  throw new ConfigError([`${file}: steps: expected the output of \`pulumi preview --json\` or \`pulumi stack export\``]);
-              })();
-    return states.map((s, i) => {
-        if (typeof s?.urn !== "string" || typeof s?.type !== "string") throw new ConfigError([`${file}: steps[${i}].newState: expected urn and type`]);
-        return { urn: s.urn, type: s.type, name: s.urn.split("::").pop(), parent: s.parent, inputs: s.inputs ?? {} };
-    });
-}
-
-export type CheckKind = ArtifactKind | "preview";
-
-/** What a file is, from its name and content; undefined when it cannot tell. */
-export function detectKind(file: string, text: string): CheckKind | undefined {
-    const base = path.basename(file).toLowerCase();
-    if (/^#cloud-config\b/.test(text)) return "cloud-init";
-    if (base.endsWith(".json")) return "preview";
-    if (/sshd_config|\.sshd_config$/.test(base)) return "sshd";
-    if (/^(docker-)?compose.*\.ya?ml$/.test(base)) return "compose";
-    if (/\.ya?ml$/.test(base)) {
-        try {
-            const doc = YAML.parse(text);
-            if (doc && typeof doc === "object" && doc.services && typeof doc.services === "object") return "compose";
-        } catch {
-            return undefined;
-        }
-    }
-    if (/^\s*(ListenAddress|PermitRootLogin|PasswordAuthentication|ForceCommand|AcceptEnv|Match)\s/im.test(text)) return "sshd";
-    return undefined;
-}
-
-export function checkFile(file: string, kind: CheckKind | undefined, ctx: JudgeContext = DEFAULT_CONTEXT): Finding[] {
-    let text: string;
-    try {
-        text = fs.readFileSync(file, "utf8");
-    } catch (err) {
-        throw new ConfigError([`${file}: cannot read: ${(err as NodeJS.ErrnoException).code ?? String(err)}`]);
-    }
-    const resolved = kind ?? detectKind(file, text);
-    switch (resolved) {
-        case "compose":
-            return judgeCompose(text, ctx, { file });
-        case "sshd":
-            return judgeSshd(text, ctx, { file });
-        case "cloud-init":
-            return judgeCloudInit(text, ctx, { file });
-        case "preview":
-            return judgeResources(resourcesOfPreview(file, text), ctx).map((f) => ({ ...f, file: f.file ? `${file} ${f.file}` : file }));
-        default:
-            throw new ConfigError([`${file}: cannot tell whether this is compose, sshd, cloud-init or a preview; pass --kind`]);
-    }
+    return { stack, findings: gatePlan(plan, policy) };
 }

@@ -1,6 +1,5 @@
 import { createHash } from "node:crypto";
 import * as fs from "node:fs";
-import * as path from "node:path";
 import * as pulumi from "@pulumi/pulumi";
 import * as YAML from "yaml";
 import { PROJECT, readStackFile } from "../components/config/load";
@@ -49,18 +48,7 @@ const COMPUTED_AT_DEPLOY: Record<string, string[]> = {
     "docker:index/image:Image": ["repoDigest"],
 };
 
-export function stackFilePath(stacksDir: string, stack: string): string {
-    return path.join(stacksDir, `Pulumi.${stack}.yaml`);
-}
-
-/** `stacks/Pulumi.<name>.yaml` -> `<name>`, for every stack in the folder, sorted. */
-export function listStacks(stacksDir: string): string[] {
-    return fs
-        .readdirSync(stacksDir)
-        .map((file) => /^Pulumi\.(.+)\.yaml$/.exec(file)?.[1])
-        .filter((name): name is string => name !== undefined)
-        .sort();
-}
+export { listStacks, stackFilePath } from "./stacks";
 
 // Pulumi's runtime state is process-global: plans run one after another.
 let queue: Promise<unknown> = Promise.resolve();

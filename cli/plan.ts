@@ -1,6 +1,6 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { artifactsOf } from "../components/artifacts";
+import { artifactsOf, STASH_TYPE } from "../policies/contract";
 import { parseCloudInit } from "../policies/engine/cloudInit";
 import * as YAML from "yaml";
 import { OFFLINE_DIGEST, PlannedResource, StackPlan } from "./offline";
@@ -36,7 +36,7 @@ export function collectArtifacts(plan: StackPlan): Map<string, Record<string, st
     if (cached) return cached;
     const folders = new Map<string, Record<string, string>>();
     for (const r of plan.resources) {
-        const artifacts = r.type === "pulumi:index:Stash" ? artifactsOf(r.inputs) : undefined;
+        const artifacts = r.type === STASH_TYPE ? artifactsOf(r.inputs) : undefined;
         if (!artifacts) continue;
         // "airlock-dev-sandbox-artifacts" -> "sandbox"
         const folder = r.name.replace(new RegExp(`^${plan.config.prefix}-`), "").replace(/-artifacts$/, "");

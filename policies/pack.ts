@@ -7,30 +7,36 @@ import type {
     StackValidationArgs,
     StackValidationPolicy,
 } from "@pulumi/policy";
-import { DEFAULT_CONTEXT, JudgeContext } from "./engine/context";
-import type { Finding } from "./engine/finding";
+import type { JudgeContext } from "./engine/context";
+import type { Finding, RuleInfo } from "./engine/finding";
 import { formatForPolicy } from "./engine/format";
 import { judgeResource, PARSE_RULES } from "./engine/judge";
 import type { PlannedResourceLike } from "./engine/resource";
+import { loadPolicy, Policy } from "./policy";
 import { RULES } from "./rules";
 
 /**
  * The CrossGuard pack: one policy per rule id, a thin adapter over the same
- * judge functions `airlock check` and `airlock gate` use. Enforcement levels and
- * the judge context are set per policy with --policy-pack-config.
+ * judge functions `airlock check` and `airlock gate` use. Levels and the values
+ * rules compare against come from policies/config.json - the file the workflow
+ * also passes as --policy-pack-config - so with or without it the pack judges alike.
  */
 
-/** Per-policy config (all optional): the deployment facts the rules need. */
-const CONFIG_SCHEMA = {
-    properties: {
-        agentUser: { type: "string" as const, default: DEFAULT_CONTEXT.agentUser },
-        envAllowlist: { type: "array" as const, items: { type: "string" as const }, default: DEFAULT_CONTEXT.envAllowlist },
-        retentionDays: { type: "integer" as const, minimum: 1, default: DEFAULT_CONTEXT.retentionDays },
-    },
+const JSON_TYPES: Record<keyof JudgeContext, object> = {
+    agentUser: { type: "string" },
+    envAllowlist: { type: "array", items: { type: "string" } },
+    retentionDays: { type: "integer", minimum: 1 },
 };
 
-function contextOf(args: { getConfig<T extends object>(): T }): JudgeContext {
-    return { ...DEFAULT_CONTEXT, ...args.getConfig<Partial<JudgeContext>>() };
+/** A policy's config: the values its rule compares against, defaulting to the policy file's. */
+function configSchema(rule: RuleInfo, policy: Policy) {
+    const keys = rule.compares ?? [];
+    if (keys.length === 0) return undefined;
+    return { properties: Object.fromEntries(keys.map((key) => [key, { ...JSON_TYPES[key], default: policy.context[key] }])) } as any;
+}
+
+function contextOf(args: { getConfig<T extends object>(): T }, policy: Policy): JudgeContext {
+    return { ...policy.context, ...args.getConfig<Partial<JudgeContext>>() };
 }
 
 /** @pulumi/policy wraps props in a proxy that throws on unknowns; rules want plain values with unknown sentinels. */
@@ -56,8 +62,8 @@ function asPlanned(r: { urn: string; type: string; name: string; props: Record<s
 // every policy then reports its own rule's findings.
 const judged = new WeakMap<object, Map<string, Finding[]>>();
 
-function findingsFor(args: ResourceValidationArgs): Finding[] {
-    const ctx = contextOf(args);
+function findingsFor(args: ResourceValidationArgs, policy: Policy): Finding[] {
+    const ctx = contextOf(args, policy);
     const byContext = judged.get(args.props) ?? new Map<string, Finding[]>();
     judged.set(args.props, byContext);
     const key = JSON.stringify(ctx);
@@ -73,25 +79,25 @@ function report(findings: Finding[], ruleId: string, reportViolation: ReportViol
     for (const f of findings.filter((x) => x.rule === ruleId)) reportViolation(formatForPolicy(f), f.resource ?? urn);
 }
 
-export function airlockPolicies(enforcementLevel: EnforcementLevel = "mandatory"): (ResourceValidationPolicy | StackValidationPolicy)[] {
+export function airlockPolicies(policy: Policy = loadPolicy()): (ResourceValidationPolicy | StackValidationPolicy)[] {
     const perResource = [...RULES.filter((r) => r.kind !== "stack"), ...PARSE_RULES].map(
         (rule): ResourceValidationPolicy => ({
             name: rule.id,
             description: `${rule.description} Fix: ${rule.remediation}`,
-            enforcementLevel,
-            configSchema: CONFIG_SCHEMA,
-            validateResource: (args, reportViolation) => report(findingsFor(args), rule.id, reportViolation, args.urn),
+            enforcementLevel: policy.levelOf(rule.id) as EnforcementLevel,
+            configSchema: configSchema(rule, policy),
+            validateResource: (args, reportViolation) => report(findingsFor(args, policy), rule.id, reportViolation, args.urn),
         }),
     );
     const perStack = RULES.filter((r) => r.kind === "stack").map(
         (rule): StackValidationPolicy => ({
             name: rule.id,
             description: `${rule.description} Fix: ${rule.remediation}`,
-            enforcementLevel,
-            configSchema: CONFIG_SCHEMA,
+            enforcementLevel: policy.levelOf(rule.id) as EnforcementLevel,
+            configSchema: configSchema(rule, policy),
             validateStack: (args: StackValidationArgs, reportViolation) => {
                 if (rule.kind !== "stack") return;
-                const problems = rule.check(args.resources.map(asPlanned), contextOf(args));
+                const problems = rule.check(args.resources.map(asPlanned), contextOf(args, policy));
                 for (const p of problems) reportViolation(formatForPolicy({ ...p, rule: rule.id, remediation: rule.remediation }), p.where);
             },
         }),

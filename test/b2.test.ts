@@ -2,7 +2,7 @@ import * as pulumi from "@pulumi/pulumi";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { B2Client, B2Error } from "../components/b2/client";
 import { B2ApplicationKey, B2Bucket, bucketProvider, keyProvider } from "../components/b2/resources";
-import { DEFAULT_CONTEXT } from "../policies/engine/context";
+import { CONTEXT } from "./policies/helpers";
 import { judgeResources } from "../policies/engine/judge";
 import { FakeB2, startFakeB2 } from "./helpers/fakeB2";
 
@@ -155,7 +155,7 @@ describe("B2 resources in a Pulumi program", () => {
         await (require("@pulumi/pulumi/runtime/settings") as { waitForRPCs(): Promise<void> }).waitForRPCs();
         const dynamic = registered.filter((r) => r.type === "pulumi-nodejs:dynamic:Resource");
         expect(dynamic.map((r) => r.inputs.b2Kind).sort()).toEqual(["applicationKey", "applicationKey", "bucket"]);
-        const findings = judgeResources(dynamic, { ...DEFAULT_CONTEXT, retentionDays: 30 });
+        const findings = judgeResources(dynamic, { ...CONTEXT, retentionDays: 30 });
         expect(findings.map((f) => `${f.rule} ${f.resource?.split("::").pop()}`).sort()).toEqual([
             "b2-buckets-retain-hidden-versions sandbox-backups",
             "b2-host-keys-least-privilege sandbox-host-key",

@@ -122,7 +122,21 @@ describe.each(SHIPPED_STACKS)("the %s stack under mocks", (stack) => {
         const accepts = policy.tests.flatMap((t: any) => (t.accept ?? []).map((a: string) => `${t.src}->${a}`));
         const denies = policy.tests.flatMap((t: any) => (t.deny ?? []).map((a: string) => `${t.src}->${a}`));
         expect(accepts).toContain(`${gw}->${sb}:22`);
-        expect(denies).toEqual(expect.arrayContaining([`${sb}->${gw}:22`, `${sb}->${sb}:22`]));
+        expect(denies).toEqual(expect.arrayContaining([`${sb}->${gw}:22`, `${sb}->${sb}:22`, `${sb}->${gw}:10053`, `${sb}->100.64.0.1:22`]));
+
+        // The tests agree with the grants (Tailscale refuses the policy otherwise): a grant
+        // lets src reach dst:port over proto; an IP literal is no tagged node.
+        const allowed = (src: string, proto: string, dst: string) => {
+            const [host, port] = [dst.slice(0, dst.lastIndexOf(":")), dst.slice(dst.lastIndexOf(":") + 1)];
+            return policy.grants.some((g: any) => g.src.includes(src) && g.dst.includes(host) && g.ip.includes(`${proto}:${port}`));
+        };
+        for (const t of policy.tests) {
+            for (const dst of t.accept ?? []) expect(allowed(t.src, t.proto, dst), `${t.src} -> ${t.proto}:${dst} must be granted`).toBe(true);
+            for (const dst of t.deny ?? []) expect(allowed(t.src, t.proto, dst), `${t.src} -> ${t.proto}:${dst} must not be granted`).toBe(false);
+        }
+        // The sandbox's only grant is the gateway's DNS.
+        const fromSandbox = policy.grants.filter((g: any) => g.src.includes(sb));
+        expect(fromSandbox).toEqual([{ src: [sb], dst: [gw], ip: ["udp:53", "tcp:53"] }]);
 
         const acls = resourcesOfType(plan, T.acl);
         if (plan.config.tailnet.manageAcl) {

@@ -1,9 +1,9 @@
-import { spawnSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
 import { ConfigError, configFromPulumiRuntime, readStackFile } from "../components/config/load";
-import { editedStack, REPO, SHIPPED_STACKS, stackFile, tempDir } from "./helpers/stacks";
+import { airlock } from "./helpers/cli";
+import { editedStack, SHIPPED_STACKS, stackFile, tempDir } from "./helpers/stacks";
 
 function problemsOf(file: string): string[] {
     try {
@@ -140,11 +140,7 @@ describe("airlock plan on bad input", () => {
         const dir = tempDir("cli");
         editedStack("dev", (c) => (c["airlock:sandbox"].serverType = "huge"), dir);
         const out = path.join(dir, "out");
-        const result = spawnSync(
-            process.execPath,
-            ["--import", "tsx", path.join(REPO, "cli/main.ts"), "--stacks-dir", dir, "plan", "--stack", "dev", "--out", out],
-            { encoding: "utf8", cwd: REPO },
-        );
+        const result = airlock(["--stacks-dir", dir, "plan", "--stack", "dev", "--out", out]);
         expect(result.status).toBe(2);
         const lines = result.stderr.trim().split("\n");
         expect(lines).toEqual([`${path.join(dir, "Pulumi.dev.yaml")}: airlock:sandbox.serverType: ${lines[0].split(": ").slice(2).join(": ")}`]);
@@ -154,10 +150,7 @@ describe("airlock plan on bad input", () => {
 
     it("exits 2 naming the file when the stack does not exist", () => {
         const dir = tempDir("cli");
-        const result = spawnSync(process.execPath, ["--import", "tsx", path.join(REPO, "cli/main.ts"), "--stacks-dir", dir, "plan", "--stack", "nope"], {
-            encoding: "utf8",
-            cwd: REPO,
-        });
+        const result = airlock(["--stacks-dir", dir, "plan", "--stack", "nope"]);
         expect(result.status).toBe(2);
         expect(result.stderr.trim()).toBe(`${path.join(dir, "Pulumi.nope.yaml")}: cannot read: ENOENT`);
     });

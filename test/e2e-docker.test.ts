@@ -6,6 +6,7 @@ import { readStackFile } from "../components/config/load";
 import { SANDBOX_WRAPPER_PATH } from "../components/render/hosts";
 import { renderSandboxCompose } from "../components/workloads/compose";
 import { installBrokerFiles, recordEntries, startBroker, TestBroker } from "./helpers/broker";
+import { egressRulesFor, inEgressNamespace } from "./helpers/egress";
 import { editedStack, renderHosts, renderedFile } from "./helpers/stacks";
 import { importTestImage, startDockerd, TestDocker } from "./helpers/dockerd";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
@@ -29,6 +30,11 @@ describe.runIf(canRun)("the rendered sandbox compose on a real dockerd", () => {
     let compose: string;
     let wrapper: string;
     let broker: TestBroker | undefined;
+    let egressRules: string;
+    const runWrapper = (env: Record<string, string>) => {
+        const [cmd, ...args] = inEgressNamespace(egressRules, [wrapper]);
+        return run(cmd, args, { env: { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", ...env }, timeout: 60_000 });
+    };
     const userSocketDir = "/run/user/0";
     let createdUserSocketDir = false;
 
@@ -61,6 +67,9 @@ describe.runIf(canRun)("the rendered sandbox compose on a real dockerd", () => {
         broker = await startBroker(brokerFiles.broker, brokerFiles.socket, brokerFiles.stateDir);
         wrapper = path.join(dir, SANDBOX_WRAPPER_PATH);
         fs.writeFileSync(wrapper, renderedFile(sandbox, SANDBOX_WRAPPER_PATH), { mode: 0o755 });
+        // The wrapper runs (as uid 0 of its own namespaces) under the sandbox's egress rules, as on the host.
+        egressRules = path.join(dir, "egress.nft");
+        fs.writeFileSync(egressRules, egressRulesFor(sandbox, cfg.agent.uid, 0));
 
         const up = run("docker-compose", ["--project-name", "airlocke2e", "--file", compose, "up", "--detach"], { env: dockerd.env, timeout: 180_000 });
         expect(up.status, up.stderr).toBe(0);
@@ -118,14 +127,10 @@ describe.runIf(canRun)("the rendered sandbox compose on a real dockerd", () => {
 
     it("the wrapper's docker exec runs the command in /workspace with only the allowlisted variables", () => {
         fs.writeFileSync(path.join(dir, "workspace", "marker"), "in-the-volume\n");
-        const result = run(wrapper, [], {
-            env: {
-                PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                SSH_ORIGINAL_COMMAND: 'pwd; cat marker; echo "token=${GITHUB_TOKEN:-absent} other=${OTHER_SECRET:-absent}"',
-                GITHUB_TOKEN: TOKEN,
-                OTHER_SECRET: "must-not-arrive",
-            },
-            timeout: 60_000,
+        const result = runWrapper({
+            SSH_ORIGINAL_COMMAND: 'pwd; cat marker; echo "token=${GITHUB_TOKEN:-absent} other=${OTHER_SECRET:-absent}"',
+            GITHUB_TOKEN: TOKEN,
+            OTHER_SECRET: "must-not-arrive",
         });
         expect(result.stderr).toBe("");
         expect(result.stdout.trim().split("\n")).toEqual(["/workspace", "in-the-volume", `token=${TOKEN} other=absent`]);
@@ -138,6 +143,18 @@ describe.runIf(canRun)("the rendered sandbox compose on a real dockerd", () => {
         expect(begin.image_id).toMatch(/^sha256:[0-9a-f]{64}$/);
         expect(end).toMatchObject({ of: begin.seq, exit: 0 });
         expect(fs.readFileSync(broker!.recordFile, "utf8")).not.toContain(TOKEN);
+    });
+
+    it("in the real container, nothing an earlier command planted runs before the next one", () => {
+        const plant = runWrapper({
+            SSH_ORIGINAL_COMMAND: "for f in .bash_profile .profile .bashrc; do echo 'echo PLANTED' >\"$HOME/$f\"; echo 'echo PLANTED' >/workspace/$f; done; echo \"$HOME\"",
+        });
+        expect(plant.status, plant.stderr).toBe(0);
+        const home = plant.stdout.trim();
+        expect(home).toMatch(/^\/tmp\/airlock-home\./);
+        const next = runWrapper({ SSH_ORIGINAL_COMMAND: `echo ran; test -e ${home} && echo home-survived; true` });
+        expect(next.stdout.trim()).toBe("ran");
+        for (const f of [".bash_profile", ".profile", ".bashrc"]) fs.rmSync(path.join(dir, "workspace", f), { force: true });
     });
 
     it("compose config of the file it ran matches what airlock rendered", () => {

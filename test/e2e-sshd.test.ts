@@ -4,10 +4,11 @@ import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { RenderedHost, SSHD_TEMPLATE_PATH } from "../components/render/hosts";
+import * as YAML from "yaml";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
 import { editedStack, REPO, tempDir, renderHosts, renderedFile } from "./helpers/stacks";
 import { TestBroker } from "./helpers/broker";
-import { installSandboxSshd, newHostKey, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
+import { enforceEgress, installSandboxSshd, newHostKey, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -22,14 +23,21 @@ const TOKEN = ["ghp", "e2eTESTtoken0123456789abcdefABCDEF"].join("_");
 
 const file = renderedFile;
 
-/** Builds the stack the e2e uses: dev, with a test agent user and the test client's key. */
-function e2eHosts(clientPublicKey: string) {
+/** Builds the stack the e2e uses: dev, with a test agent user (and its uid) and the test client's key. */
+function e2eHosts(clientPublicKey: string, uid: number) {
     const stack = editedStack("dev", (c) => {
         c["airlock:agent"].user = AGENT;
+        c["airlock:agent"].uid = uid;
         c["airlock:agent"].authorizedKeys = [clientPublicKey];
     });
     const cfg = readStackFile(stack);
-    return { sandbox: renderHosts(cfg).sandbox, gateway: renderHosts(cfg).gateway };
+    return { cfg, sandbox: renderHosts(cfg).sandbox, gateway: renderHosts(cfg).gateway };
+}
+
+/** The login shell cloud-init gives the agent on the sandbox. */
+function agentShell(clientPublicKey: string): string {
+    const { cfg, sandbox } = e2eHosts(clientPublicKey, 1500);
+    return YAML.parse(sandbox.cloudInit).users.find((u: { name: string }) => u.name === cfg.agent.user).shell;
 }
 
 const canRun = isRoot() && toolsAvailable("e2e sshd in network namespaces", ["ip", "sshd", "ssh", "ssh-keygen", "useradd", "socat", "systemd-socket-activate"]);
@@ -45,20 +53,23 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
     let clientDir: string;
     let gatewayConfig: string;
     let sandbox: RenderedHost;
+    let gateway: RenderedHost;
     let broker: TestBroker | undefined;
 
     beforeAll(async () => {
         net = createTestNet(String(process.pid % 10000));
-        if (run("id", [AGENT]).status !== 0) {
-            expect(run("useradd", ["--create-home", "--shell", "/bin/bash", AGENT]).status).toBe(0);
-            createdUser = true;
-        }
-
         clientDir = tempDir("client");
         clientKey = path.join(clientDir, "id_ed25519");
         expect(run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", clientKey]).status).toBe(0);
-        const hosts = e2eHosts(fs.readFileSync(`${clientKey}.pub`, "utf8").trim());
+        const clientPublicKey = fs.readFileSync(`${clientKey}.pub`, "utf8").trim();
+        if (run("id", [AGENT]).status !== 0) {
+            expect(run("useradd", ["--create-home", "--shell", agentShell(clientPublicKey), AGENT]).status).toBe(0);
+            createdUser = true;
+        }
+        const uid = Number(run("id", ["-u", AGENT]).stdout.trim());
+        const hosts = e2eHosts(clientPublicKey, uid);
         sandbox = hosts.sandbox;
+        gateway = hosts.gateway;
 
         // A root-owned tree (sshd's StrictModes checks every directory up to /).
         root = fs.mkdtempSync("/run/airlock-e2e-");
@@ -79,6 +90,12 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
         );
         fs.writeFileSync(path.join(stubBin, "tailscale"), `#!/bin/sh\necho ${net.serverTailnet}\n`, { mode: 0o755 });
 
+        // As at boot: the agent's home becomes root's, and its egress rules are in force
+        // (with a route out, so that the rules, not a missing route, decide).
+        const home = run(`${root}/usr/local/sbin/airlock-agent-home`, []);
+        expect(home.status, home.stderr).toBe(0);
+        enforceEgress(net.server, sandbox, uid, "198.18.7.2");
+
         // The real boot script renders the live config from the tailnet address.
         const rendered = renderSshdConfig(net.serverTailnet);
         expect(rendered.stderr).toBe("");
@@ -88,7 +105,7 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
         sshdLog = path.join(clientDir, "sshd.log");
         sshd = spawnInNamespace(
             net.server,
-            `mount --bind ${stubBin} /usr/local/bin && exec /usr/sbin/sshd -D -e -f ${root}/etc/ssh/sshd_config`,
+            `mount --bind ${stubBin} /usr/local/bin && mount --bind ${root}/etc/pam.d/sshd /etc/pam.d/sshd && exec /usr/sbin/sshd -D -e -f ${root}/etc/ssh/sshd_config`,
             sshdLog,
         );
         await waitForPort(net.client, net.serverTailnet, 22);
@@ -111,7 +128,10 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
         run("pkill", ["--uid", AGENT]);
         net?.close();
         if (root) fs.rmSync(root, { recursive: true, force: true });
-        if (createdUser) run("userdel", ["--remove", AGENT]);
+        if (createdUser) {
+            run("userdel", [AGENT]);
+            run("rm", ["-rf", `/home/${AGENT}`]);
+        }
         if (sshdLog && process.env.AIRLOCK_DEBUG) console.log(fs.readFileSync(sshdLog, "utf8"));
     });
 
@@ -185,7 +205,7 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
         expect(result.stdout.trim()).toBe("ran in agent-sandbox-shell:/workspace");
         const args = fs.readFileSync(`${root}/state/docker-args`, "utf8").trim().split("\n");
         expect(args.slice(0, 2)).toEqual(["exec", "-i"]);
-        expect(args.slice(-6, -1)).toEqual(["-w", "/workspace", "agent-sandbox-shell", "bash", "-lc"]);
+        expect(args.slice(args.indexOf("-w"), args.indexOf("-w") + 6)).toEqual(["-w", "/workspace", "agent-sandbox-shell", "bash", "--noprofile", "--norc"]);
     });
 
     it("GITHUB_TOKEN sent with SendEnv arrives in the container; other variables do not", () => {
@@ -223,5 +243,82 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
         expect(ssh([], ["true"]).status).toBe(0);
         const check = ssh(["-O", "check"]);
         expect(check.stderr).toMatch(/Master running/);
+    });
+
+    it("the agent cannot write startup files into its home (it is root's)", () => {
+        for (const attempt of ['echo "echo PLANTED" >>~/.bashrc', "echo x >>~/.profile", "echo 'BASH_ENV DEFAULT=/tmp/x' >~/.pam_environment", "mkdir -p ~/.ssh", "ln -s /tmp ~/.config/x"]) {
+            const result = run("runuser", ["-u", AGENT, "--", "bash", "--norc", "--noprofile", "-c", attempt]);
+            expect(result.status, attempt).not.toBe(0);
+            expect(result.stderr, attempt).toMatch(/Permission denied/);
+        }
+    });
+
+    it("startup files in the agent's home are never read before the wrapper, even if they got there", () => {
+        // As if the agent had written them (the test plants them as root): a shell rc
+        // file, and a PAM environment file that points bash at a script.
+        const home = `/home/${AGENT}`;
+        const planted = [`${home}/.bashrc`, `${home}/.pam_environment`, `${home}/evil.sh`];
+        fs.writeFileSync(planted[0], "echo PLANTED-BASHRC >&2\n");
+        fs.writeFileSync(planted[1], `BASH_ENV DEFAULT=${home}/evil.sh\n`);
+        fs.writeFileSync(planted[2], "echo PLANTED-BASH-ENV >&2\n");
+        try {
+            const result = ssh(["-o", "ControlPath=none"], ["echo ran"], { GITHUB_TOKEN: TOKEN });
+            expect(result.stdout.trim()).toBe("ran");
+            expect(result.stderr).not.toContain("PLANTED");
+        } finally {
+            for (const file of planted) fs.rmSync(file, { force: true });
+        }
+    });
+
+    /** ssh-audit's text report as [algorithm, level] pairs for every fail and warn. */
+    function auditFindings(report: string): [string, string][] {
+        // ANSI colours off (-n); lines look like "(kex) name  -- [warn] why".
+        return [...report.matchAll(/^\((?:kex|key|enc|mac)\) (\S+)\s+-- \[(fail|warn)\]/gm)].map((m) => [m[1], m[2]] as [string, string]);
+    }
+
+    /**
+     * Warnings ssh-audit 2.5.0 (Debian 12) gives that are not weaknesses: the strict
+     * key exchange marker (the Terrapin countermeasure, newer than the tool), and the
+     * post-quantum hybrid key exchange OpenSSH has made its default since 9.0.
+     */
+    const TOOL_TOO_OLD = new Set(["kex-strict-s-v00@openssh.com", "kex-strict-c-v00@openssh.com", "sntrup761x25519-sha512@openssh.com"]);
+
+    it.runIf(toolsAvailable("ssh-audit", ["ssh-audit"]))("ssh-audit: the sandbox's sshd offers no weak algorithm", () => {
+        const audit = inNamespace(net.client, ["ssh-audit", "--no-colors", "--timeout=5", net.serverTailnet]);
+        expect(audit.stdout, audit.stderr).toMatch(/\(kex\) /);
+        const findings = auditFindings(audit.stdout).filter(([algorithm, level]) => level === "fail" || !TOOL_TOO_OLD.has(algorithm));
+        expect(findings).toEqual([]);
+    });
+
+    it.runIf(toolsAvailable("ssh-audit", ["ssh-audit"]))("ssh-audit: the gateway's sshd and its ssh client to the sandbox offer no weak algorithm", async () => {
+        // The gateway's rendered sshd, on the client namespace's tailnet address.
+        const gatewayRoot = fs.mkdtempSync("/run/airlock-e2e-gw-");
+        try {
+            const key = path.join(gatewayRoot, "host_key");
+            newHostKey(key);
+            const config = path.join(gatewayRoot, "sshd_config");
+            fs.writeFileSync(config, file(gateway, SSHD_TEMPLATE_PATH).replace("@TAILNET_IPV4@", "100.100.7.2").replace("HostKey /etc/ssh/ssh_host_ed25519_key", `HostKey ${key}`), { mode: 0o600 });
+            const gatewaySshd = spawnInNamespace(net.client, `exec /usr/sbin/sshd -D -e -f ${config}`, path.join(gatewayRoot, "log"));
+            try {
+                await waitForPort(net.server, "100.100.7.2", 22);
+                const audit = inNamespace(net.server, ["ssh-audit", "--no-colors", "--timeout=5", "100.100.7.2"]);
+                expect(audit.stdout, audit.stderr).toMatch(/\(kex\) /);
+                expect(auditFindings(audit.stdout).filter(([algorithm, level]) => level === "fail" || !TOOL_TOO_OLD.has(algorithm))).toEqual([]);
+            } finally {
+                gatewaySshd.kill("SIGTERM");
+            }
+
+            // The client side: ssh-audit poses as a server and reports what the gateway's ssh offers.
+            const clientAudit = spawnInNamespace(net.server, `exec ssh-audit --no-colors --client-audit --port=2222 --timeout=10`, path.join(gatewayRoot, "client-audit.txt"));
+            // It audits the first connection it gets: no port probe before the client's.
+            await new Promise((resolve) => setTimeout(resolve, 1500));
+            ssh(["-o", "ControlPath=none", "-o", "Port=2222"], ["true"]);
+            await new Promise<void>((resolve) => (clientAudit.exitCode !== null ? resolve() : clientAudit.once("exit", () => resolve())));
+            const report = fs.readFileSync(path.join(gatewayRoot, "client-audit.txt"), "utf8");
+            expect(report).toMatch(/\(kex\) /);
+            expect(auditFindings(report).filter(([algorithm, level]) => level === "fail" || !TOOL_TOO_OLD.has(algorithm))).toEqual([]);
+        } finally {
+            fs.rmSync(gatewayRoot, { recursive: true, force: true });
+        }
     });
 });

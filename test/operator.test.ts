@@ -1,4 +1,3 @@
-import { spawnSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import * as YAML from "yaml";
@@ -9,12 +8,10 @@ import { forkStack, ForkRefused } from "../cli/fork";
 import { gatePlan } from "../cli/gate";
 import { planStack, StackPlan, stackFilePath } from "../cli/offline";
 import { ConfigError } from "../components/config/load";
-import { editedStack, REPO, stackFile, STACKS_DIR, tempDir } from "./helpers/stacks";
+import { airlock as run } from "./helpers/cli";
+import { editedStack, stackFile, STACKS_DIR, tempDir } from "./helpers/stacks";
 
-function airlock(args: string[], env: NodeJS.ProcessEnv = process.env) {
-    const result = spawnSync(process.execPath, ["--import", "tsx", path.join(REPO, "cli/main.ts"), ...args], { encoding: "utf8", cwd: REPO, env });
-    return { status: result.status, stdout: result.stdout, stderr: result.stderr };
-}
+const airlock = (args: string[], env: NodeJS.ProcessEnv = process.env) => run(args, { env });
 
 /** A copy of the shipped stacks to fork into. */
 function stacksCopy(): string {

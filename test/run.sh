@@ -18,7 +18,11 @@ readonly PACKAGES=(
 	nftables                      # nft --check on the rendered egress rules
 	busybox-static                # the test images' userland
 	restic postgresql             # backup and restore drill for real
+	systemd-container mmdebstrap  # the sandbox's units booted under systemd-nspawn (boot order)
+	ssh-audit                     # the rendered sshd and ssh configs offer no weak algorithm
+	bubblewrap jq                 # the drill's confinement; its snapshot lists
 	python3 pyflakes3 socat       # the root broker and the audit tool (python3), their lint; the wrapper's broker client
+	dnsmasq-base bind9-dnsutils   # the allowlist resolver stand-in and its fake upstream; dig
 )
 
 if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then

@@ -4,6 +4,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { SANDBOX_WRAPPER_PATH } from "../components/render/hosts";
 import { installBrokerFiles, recordEntries, startBroker, TestBroker } from "./helpers/broker";
+import { egressRulesFor, inEgressNamespace } from "./helpers/egress";
 import { editedStack, REPO, tempDir, renderHosts, renderedFile } from "./helpers/stacks";
 import { run, toolsAvailable } from "./helpers/tools";
 
@@ -14,14 +15,22 @@ afterAll(async () => {
     for (const broker of brokers) await broker.stop();
 });
 
-/** The rendered wrapper and its broker client at their host paths under a temp dir, with a running broker unless `withBroker` is false. */
-async function installWrapper(allowlist: string[], withBroker = true) {
+/**
+ * The rendered wrapper and its broker client at their host paths under a temp dir,
+ * with a running broker unless `withBroker` is false and a stub `docker`, run in a
+ * network namespace of its own where the sandbox's rendered egress rules apply to
+ * it (or, with `egress: false`, are missing).
+ */
+async function installWrapper(allowlist: string[], { withBroker = true, egress = true } = {}) {
     const cfg = readStackFile(editedStack("dev", (c) => (c["airlock:agent"].envAllowlist = allowlist)));
     const dir = tempDir("wrapper");
     const sandbox = renderHosts(cfg).sandbox;
     const files = installBrokerFiles(sandbox, dir);
     const wrapper = path.join(dir, SANDBOX_WRAPPER_PATH);
     fs.writeFileSync(wrapper, renderedFile(sandbox, SANDBOX_WRAPPER_PATH), { mode: 0o755 });
+    const rules = path.join(dir, "egress.nft");
+    // The namespace's uid 0 stands in for the agent.
+    fs.writeFileSync(rules, egressRulesFor(sandbox, cfg.agent.uid, 0));
     const broker = withBroker ? await startBroker(files.broker, files.socket, files.stateDir) : undefined;
     if (broker) brokers.push(broker);
     for (const sub of ["bin", "state", "workspace"]) fs.mkdirSync(path.join(dir, sub));
@@ -33,14 +42,17 @@ async function installWrapper(allowlist: string[], withBroker = true) {
             .replace("@WORKSPACE@", path.join(dir, "workspace")),
         { mode: 0o755 },
     );
-    const invoke = (env: Record<string, string>) =>
-        run(wrapper, [], { env: { PATH: `${dir}/bin:/usr/bin:/bin`, ...env } });
+    const invoke = (env: Record<string, string>) => {
+        const [cmd, ...args] = inEgressNamespace(egress ? rules : undefined, [wrapper]);
+        return run(cmd, args, { env: { PATH: `${dir}/bin:/usr/sbin:/usr/bin:/sbin:/bin`, ...env } });
+    };
     const dockerArgs = () => fs.readFileSync(path.join(dir, "state", "docker-args"), "utf8");
     const record = () => recordEntries(path.join(files.stateDir, "record.jsonl"));
-    return { invoke, dockerArgs, record, dir, stateDir: files.stateDir };
+    const workspace = path.join(dir, "workspace");
+    return { invoke, dockerArgs, record, dir, workspace, stateDir: files.stateDir };
 }
 
-describe.runIf(toolsAvailable("wrapper tests", ["bash", "socat", "systemd-socket-activate", "python3"]))("sandbox-shell wrapper", () => {
+describe.runIf(toolsAvailable("wrapper tests", ["bash", "socat", "systemd-socket-activate", "python3", "unshare", "nft", "ip"]))("sandbox-shell wrapper", () => {
     const secret = ["ghp", "wrapperTEST0123456789abcdef"].join("_");
 
     it("passes only allowlisted variables into the container, by name", async () => {
@@ -67,10 +79,47 @@ describe.runIf(toolsAvailable("wrapper tests", ["bash", "socat", "systemd-socket
         expect(args).not.toContain("GITHUB_TOKEN");
     });
 
-    it("runs the command with bash -lc in /workspace of agent-sandbox-shell, as one argument", async () => {
+    it("runs the command in /workspace of agent-sandbox-shell, as one argument of a bash that reads no startup file", async () => {
         const { invoke, dockerArgs } = await installWrapper(["GITHUB_TOKEN"]);
-        invoke({ SSH_ORIGINAL_COMMAND: "echo a; echo b" });
-        expect(dockerArgs().trim().split("\n").slice(-6)).toEqual(["-w", "/workspace", "agent-sandbox-shell", "bash", "-lc", "echo a; echo b"]);
+        const result = invoke({ SSH_ORIGINAL_COMMAND: "echo a; echo b" });
+        expect(result.stdout).toBe("a\nb\n");
+        const args = dockerArgs().trim().split("\n");
+        expect(args.slice(args.indexOf("-w"), args.indexOf("-w") + 6)).toEqual(["-w", "/workspace", "agent-sandbox-shell", "bash", "--noprofile", "--norc"]);
+        expect(args.at(-1)).toBe("echo a; echo b");
+    });
+
+    it("runs nothing an earlier command planted in /workspace or HOME before the next command", async () => {
+        const { invoke, workspace } = await installWrapper(["GITHUB_TOKEN"]);
+        // Task 1 (hostile) plants startup files where bash, git and friends look for them.
+        const planted = invoke({
+            SSH_ORIGINAL_COMMAND: [
+                // The working directory is /workspace (the stub's stand-in for it).
+                "for f in .bash_profile .bash_login .profile .bashrc; do echo 'echo \"$GITHUB_TOKEN\" >>\"$PWD/stolen\"; echo PLANTED' >\"$HOME/$f\"; cp \"$HOME/$f\" \"$PWD/$f\"; done",
+                "printf '[alias]\\n\\tstatus = !echo PLANTED\\n' >\"$HOME/.gitconfig\"",
+                "echo \"$HOME\" >\"$PWD/home-of-task-1\"",
+            ].join("; "),
+        });
+        expect(planted.status, planted.stderr).toBe(0);
+        // Task 2 runs with its own token.
+        const token = ["ghp", "task2SECRET0123456789abcdef"].join("_");
+        const next = invoke({ SSH_ORIGINAL_COMMAND: 'echo "home=$HOME"; test -e "$HOME/.gitconfig" && echo gitconfig-carried-over; true', GITHUB_TOKEN: token });
+        expect(next.stdout).not.toContain("PLANTED");
+        expect(next.stdout).not.toContain("gitconfig-carried-over");
+        expect(fs.existsSync(path.join(workspace, "stolen")) ? fs.readFileSync(path.join(workspace, "stolen"), "utf8") : "").not.toContain(token);
+        // Each command gets a HOME of its own, gone when the command ends.
+        const home1 = fs.readFileSync(path.join(workspace, "home-of-task-1"), "utf8").trim();
+        expect(home1).not.toBe(workspace);
+        expect(fs.existsSync(home1)).toBe(false);
+        expect(next.stdout).not.toContain(`home=${home1}\n`);
+    });
+
+    it("refuses every command while the egress rules are not in force", async () => {
+        const { invoke, dockerArgs } = await installWrapper(["GITHUB_TOKEN"], { egress: false });
+        const result = invoke({ SSH_ORIGINAL_COMMAND: "echo ran" });
+        expect(result.status).toBe(3);
+        expect(result.stdout).toBe("");
+        expect(result.stderr).toContain("egress rules are not in force");
+        expect(() => dockerArgs()).toThrow();
     });
 
     it("puts every command on the record: before it runs, completed with its status, the names that crossed but never a value", async () => {
@@ -84,7 +133,7 @@ describe.runIf(toolsAvailable("wrapper tests", ["bash", "socat", "systemd-socket
     });
 
     it("refuses to run a command it cannot put on the record", async () => {
-        const { invoke, dir } = await installWrapper(["GITHUB_TOKEN"], false);
+        const { invoke, dir } = await installWrapper(["GITHUB_TOKEN"], { withBroker: false });
         const result = invoke({ SSH_ORIGINAL_COMMAND: "touch ran" });
         expect(result.status).toBe(1);
         expect(result.stderr).toMatch(/^airlock: command refused: it cannot be put on the record \(no reply from the broker at .*\)$/m);

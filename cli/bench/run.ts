@@ -93,12 +93,13 @@ function formatMarkdown(results: Record<string, any>): string {
             "| path | runs | p50 | p95 | p50 vs bare docker exec |",
             "|---|---:|---:|---:|---:|",
             row("bare `docker exec -i -w /workspace agent-sandbox-shell bash -lc true` (floor)", cmd.floor),
-            row("the wrapper alone (as the agent user)", cmd.wrapperOnly),
+            row("the wrapper alone (as the agent user; the command record included)", cmd.wrapperOnly),
             row("ssh, a new connection per command", cmd.sshCold),
             row("ssh, multiplexed over ControlMaster", cmd.sshMultiplexed),
             "",
             `- Goal (multiplexed end to end <= 1.3x the floor): ${cmd.sshMultiplexed.p50 / cmd.floor.p50 <= 1.3 ? "met" : "not met"} at ${(cmd.sshMultiplexed.p50 / cmd.floor.p50).toFixed(2)}x (p50).`,
             `- A new connection per command costs ${(cmd.sshCold.p50 / cmd.sshMultiplexed.p50).toFixed(1)}x a multiplexed one: keep ControlMaster on (the rendered gateway config does).`,
+            `- The command record costs ${(cmd.wrapperOnly.p50 - cmd.floor.p50).toFixed(0)} ms a command (p50, the wrapper alone against the floor): a root broker process started for the command's connection (python3), \`docker inspect\` for the image (in parallel with it), two appends with fsync. A long-lived broker (Accept=no) would save the process start, at the price of one root process serving every connection; not built.`,
             `- \`docker exec\` itself is ${((cmd.floor.p50 / cmd.sshMultiplexed.p50) * 100).toFixed(0)}% of a multiplexed command. The alternative - a long-lived shell server inside the container that the wrapper feeds over a socket - would skip the per-command container exec setup (runc exec, namespace entry), at the price of a process that outlives commands and a second channel into the container that the policy gate cannot see; not built.`,
         );
     }

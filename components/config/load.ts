@@ -1,18 +1,13 @@
 import * as fs from "node:fs";
 import * as YAML from "yaml";
 import type { z } from "zod";
+import { ConfigError } from "../../policies/contract";
 import { StackConfig, stackConfigSchema } from "./schema";
 
 /** The Pulumi project name, and so the namespace of every config key airlock reads. */
 export const PROJECT = "airlock";
 
-/** Bad input: one line per problem, each naming the file and the key path. */
-export class ConfigError extends Error {
-    constructor(readonly problems: string[]) {
-        super(problems.join("\n"));
-        this.name = "ConfigError";
-    }
-}
+export { ConfigError };
 
 /** Validates raw `airlock:*` values (namespace stripped) and applies every default. */
 export function parseStackConfig(values: Record<string, unknown>, source: string): StackConfig {

@@ -1,4 +1,7 @@
 import { z } from "zod";
+import { ENV_NAME, FORBIDDEN_ENV } from "../../policies/contract";
+
+export { ENV_NAME, FORBIDDEN_ENV };
 
 /**
  * The whole `airlock:*` stack config, one schema. Every default lives here (zod
@@ -16,17 +19,8 @@ export const SERVER_TYPES = [
 
 export const LOCATIONS = ["fsn1", "nbg1", "hel1", "ash", "hil", "sin"] as const;
 
-/**
- * Variables the sandbox must never accept from a client: they change how the
- * dynamic loader, the shell or the wrapper itself behave before any allowlist applies.
- */
-export const FORBIDDEN_ENV = /^(LD_.*|DYLD_.*|BASH_ENV|ENV|BASH_FUNC_.*|PATH|HOME|SHELL|USER|LOGNAME|IFS|PS4|SHELLOPTS|BASHOPTS|PROMPT_COMMAND|GLOBIGNORE|CDPATH|DOCKER_.*|SSH_.*|PYTHON(PATH|STARTUP|HOME)|PERL5?LIB|PERL5OPT|NODE_OPTIONS|RUBYOPT|GIT_SSH(_COMMAND)?|GIT_EXEC_PATH|GCONV_PATH|LOCPATH|HOSTALIASES|TMPDIR)$/;
-
 /** The variable a client sets to pick its session (per-session mode). */
 export const SESSION_ENV = "AIRLOCK_SESSION";
-
-/** An exact, upper-case variable name: no wildcards. */
-export const ENV_NAME = /^[A-Z_][A-Z0-9_]*$/;
 
 const envName = z
     .string()

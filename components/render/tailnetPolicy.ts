@@ -21,6 +21,21 @@ export const GATEWAY_TO_SANDBOX_PORTS = ["tcp:22", "tcp:9222"];
 /** What the sandbox may open on the gateway: the AdGuard Home resolver. */
 export const SANDBOX_TO_GATEWAY_PORTS = ["udp:53", "tcp:53"];
 
+type Destination = (gatewayTag: string, sandboxTag: string) => string;
+/**
+ * The sandbox is a dead end: beyond the gateway's DNS it reaches nothing - not the
+ * gateway's other ports (ssh, the resolver's published port, web, CDP), not
+ * another sandbox, not any other device of the tailnet (sampled at both ends of
+ * its address range). These are the policy's own tests, so Tailscale rejects an
+ * edit that opens any of them.
+ */
+const SANDBOX_UNREACHABLE_TCP: Destination[] = [
+    (gw) => `${gw}:22`, (gw) => `${gw}:80`, (gw) => `${gw}:443`, (gw) => `${gw}:9222`, (gw) => `${gw}:10053`,
+    (_, sb) => `${sb}:22`, (_, sb) => `${sb}:9222`,
+    () => "100.64.0.1:22", () => "100.127.255.254:443",
+];
+const SANDBOX_UNREACHABLE_UDP: Destination[] = [(gw) => `${gw}:123`, (gw) => `${gw}:10053`, (gw) => `${gw}:41641`, (_, sb) => `${sb}:53`, () => "100.64.0.1:53"];
+
 export function renderTailnetPolicy({ gatewayTag, sandboxTag, tagOwners }: TailnetPolicyArgs): TailnetPolicy {
     return {
         tagOwners: {
@@ -33,10 +48,8 @@ export function renderTailnetPolicy({ gatewayTag, sandboxTag, tagOwners }: Tailn
         ],
         tests: [
             { src: gatewayTag, proto: "tcp", accept: [`${sandboxTag}:22`, `${sandboxTag}:9222`], deny: [`${sandboxTag}:80`, `${sandboxTag}:2375`] },
-            { src: sandboxTag, proto: "udp", accept: [`${gatewayTag}:53`] },
-            // The sandbox is a dead end: no ssh back to the gateway, nothing else on it,
-            // and no lateral movement to other sandboxes.
-            { src: sandboxTag, proto: "tcp", deny: [`${gatewayTag}:22`, `${gatewayTag}:443`, `${gatewayTag}:9222`, `${sandboxTag}:22`] },
+            { src: sandboxTag, proto: "udp", accept: [`${gatewayTag}:53`], deny: SANDBOX_UNREACHABLE_UDP.map((d) => d(gatewayTag, sandboxTag)) },
+            { src: sandboxTag, proto: "tcp", accept: [`${gatewayTag}:53`], deny: SANDBOX_UNREACHABLE_TCP.map((d) => d(gatewayTag, sandboxTag)) },
         ],
     };
 }

@@ -1,8 +1,10 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 
-/** The real files everything is rendered from; see templates/README.md. */
-export const TEMPLATES_DIR = path.resolve(__dirname, "..", "..", "templates");
+/** The real files everything is rendered from; see templates/README.md. (From the compiled copy in dist/, the source tree's.) */
+export const TEMPLATES_DIR = [path.resolve(__dirname, "..", "..", "templates"), path.resolve(__dirname, "..", "..", "..", "templates")].find((dir) =>
+    fs.existsSync(dir),
+)!;
 
 const cache = new Map<string, string>();
 

@@ -1,4 +1,5 @@
 import * as YAML from "yaml";
+import { TAILNET_IPV4_PLACEHOLDER } from "../../policies/contract";
 import type { StackConfig } from "../config/schema";
 import { renderTemplate } from "../render/templates";
 
@@ -19,8 +20,7 @@ export interface ResolvedImages {
     services: Record<string, string>;
 }
 
-/** Filled at deploy time with the built image's `registry/name@sha256:...`. */
-export const BUILT_SANDBOX_SHELL_PLACEHOLDER = "@SANDBOX_SHELL_IMAGE@";
+export { BUILT_SANDBOX_SHELL_PLACEHOLDER } from "../../policies/contract";
 
 /** Capabilities a root-started image needs to drop to its own user (chown, gosu); the gate's allowed set. */
 const STARTUP_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID"];
@@ -94,7 +94,7 @@ export function renderSandboxCompose(cfg: StackConfig, images: ResolvedImages): 
                 container_name: "agent-browser",
                 image: images.browser,
                 // CDP on the tailnet address only; the gateway is the only peer allowed to port 9222.
-                ports: ["@TAILNET_IPV4@:9222:9222"],
+                ports: [`${TAILNET_IPV4_PLACEHOLDER}:9222:9222`],
                 shm_size: "1g",
                 read_only: true,
                 networks: ["egress"],
@@ -163,14 +163,21 @@ export function renderSessionCompose(cfg: StackConfig, images: ResolvedImages): 
     );
 }
 
+/**
+ * Where the agent's rootless Docker publishes AdGuard Home on the gateway's tailnet
+ * address: an unprivileged port, reached from the tailnet's port 53 through an
+ * nftables redirect (templates/nftables/gateway-dns-redirect.nft).
+ */
+export const RESOLVER_PUBLISHED_PORT = 10053;
+
 export function renderGatewayCompose(cfg: StackConfig, images: ResolvedImages): string {
     const data = adguardDataDir(cfg);
     const services = {
         adguard: hardened({
             container_name: "airlock-adguard",
             image: images.adguard,
-            // The sandbox's resolver, on the tailnet address only.
-            ports: ["@TAILNET_IPV4@:53:53/udp", "@TAILNET_IPV4@:53:53/tcp"],
+            // The sandbox's resolver, on the tailnet address only (port 53 there is redirected to it).
+            ports: [`${TAILNET_IPV4_PLACEHOLDER}:${RESOLVER_PUBLISHED_PORT}:53/udp`, `${TAILNET_IPV4_PLACEHOLDER}:${RESOLVER_PUBLISHED_PORT}:53/tcp`],
             volumes: [`${data}/conf:/opt/adguardhome/conf`, `${data}/work:/opt/adguardhome/work`],
             read_only: true,
             networks: ["egress"],
@@ -203,6 +210,6 @@ export function renderEgressRules(cfg: StackConfig): string {
     return renderTemplate("nftables/sandbox-egress.nft", {
         mode: cfg.dns.mode,
         agentUid,
-        agentEgressRules: renderTemplate(`nftables/agent-egress-${cfg.dns.mode}.nft`, { agentUid }).replace(/\n$/, ""),
+        agentEgressRules: renderTemplate(`nftables/agent-egress-${cfg.dns.mode}.nft`, {}).replace(/\n$/, ""),
     });
 }

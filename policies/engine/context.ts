@@ -1,4 +1,7 @@
-/** What the rules need to know about the deployment they judge. */
+/**
+ * What the rules compare against. Its values come from the one policy file,
+ * policies/config.json (see policies/policy.ts); a stack never sets them.
+ */
 export interface JudgeContext {
     /** The sandbox user every agent command runs as. */
     agentUser: string;
@@ -7,5 +10,3 @@ export interface JudgeContext {
     /** Days a B2 bucket must keep hidden versions. */
     retentionDays: number;
 }
-
-export const DEFAULT_CONTEXT: JudgeContext = { agentUser: "agent", envAllowlist: ["GITHUB_TOKEN"], retentionDays: 30 };

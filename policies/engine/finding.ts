@@ -1,3 +1,5 @@
+import type { JudgeContext } from "./context";
+
 /** What every rule returns, and what every front end (pack, check, gate) prints. */
 
 export interface Problem {
@@ -17,6 +19,8 @@ export interface Finding extends Problem {
     file?: string;
     /** URN of the resource the artifact came from (gate, pack). */
     resource?: string;
+    /** Set by the policy's enforcement level: an advisory finding is reported but does not fail. */
+    advisory?: boolean;
 }
 
 export interface RuleInfo {
@@ -26,6 +30,8 @@ export interface RuleInfo {
     description: string;
     /** How to fix a finding. */
     remediation: string;
+    /** What this rule compares against, from policies/config.json. */
+    compares?: (keyof JudgeContext)[];
 }
 
 /** Values Pulumi uses for "not known yet" (engine and @pulumi/policy sentinels). */

@@ -8,7 +8,7 @@ export function locationOf(f: Finding): string {
 
 /** One finding, one line: where, rule id, why, how to fix. */
 export function formatFinding(f: Finding): string {
-    return `${locationOf(f)}: ${f.rule}: ${f.message}${f.where && !f.message.includes(f.where) ? ` [${f.where}]` : ""} -- fix: ${f.remediation}`;
+    return `${locationOf(f)}: ${f.rule}${f.advisory ? " (advisory)" : ""}: ${f.message}${f.where && !f.message.includes(f.where) ? ` [${f.where}]` : ""} -- fix: ${f.remediation}`;
 }
 
 /** What CrossGuard prints for a finding (its location is the resource already). */

@@ -1,4 +1,4 @@
-import { artifactsOf } from "../../components/artifacts";
+import { artifactsOf } from "../contract";
 import { RULES } from "../rules";
 import { parseHujson, wildcardProblems, tailnetAclNoWildcards } from "../rules/tailnet-acl-no-wildcards";
 import { CloudInitDoc, CloudInitParseError, parseCloudInit } from "./cloudInit";

@@ -1,7 +1,6 @@
 /** Address classification for listen addresses, published ports and firewall sources. */
 
-/** Filled at boot with the host's tailnet IPv4 by a script that refuses anything else. */
-export const TAILNET_IPV4_PLACEHOLDER = "@TAILNET_IPV4@";
+export { TAILNET_IPV4_PLACEHOLDER } from "../contract";
 
 export function parseIpv4(text: string): number | undefined {
     const m = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/.exec(text);

@@ -1,3 +1,5 @@
+import { STASH_TYPE } from "../contract";
+
 /** A resource as every front end sees it: preview steps, stack exports, CrossGuard args, mocks. */
 export interface PlannedResourceLike {
     urn: string;
@@ -12,6 +14,6 @@ export const TYPES = {
     firewall: "hcloud:index/firewall:Firewall",
     tailnetKey: "tailscale:index/tailnetKey:TailnetKey",
     acl: "tailscale:index/acl:Acl",
-    stash: "pulumi:index:Stash",
+    stash: STASH_TYPE,
     dockerContainer: "docker:index/container:Container",
 } as const;

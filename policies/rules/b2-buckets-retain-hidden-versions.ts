@@ -14,10 +14,11 @@ export const b2BucketsRetainHiddenVersions: Rule = {
     kind: "resource",
     types: TYPES_B2,
     id: "b2-buckets-retain-hidden-versions",
+    compares: ["retentionDays"],
     description:
         "A host can only hide files, so its bucket must keep hidden versions for at least the configured retention: no lifecycle " +
         "rule may purge hidden files sooner (or Object Lock holds them at least that long).",
-    remediation: "Set daysFromHidingToDeleting >= airlock:backup.retentionDays on the bucket's lifecycle rules, or enable Object Lock with that default retention.",
+    remediation: "Raise airlock:backup.retentionDays (or the bucket's daysFromHidingToDeleting) to at least the policy's retentionDays (policies/config.json), or enable Object Lock for at least that long.",
     check(resource, ctx) {
         if (b2KindOf(resource) !== "bucket") return [];
         const { lifecycleRules, defaultRetention } = resource.inputs;

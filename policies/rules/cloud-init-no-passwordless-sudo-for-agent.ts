@@ -10,6 +10,7 @@ const list = (value: unknown): string[] =>
 export const cloudInitNoPasswordlessSudoForAgent: Rule = {
     kind: "cloud-init",
     id: "cloud-init-no-passwordless-sudo-for-agent",
+    compares: ["agentUser"],
     description: "The agent user gets no sudo rights and no root-equivalent group (sudo, wheel, admin, docker), in users or in a sudoers file.",
     remediation: "Remove `sudo:` and those groups from the agent's users entry and any sudoers line naming it.",
     check(doc, ctx) {

@@ -1,4 +1,4 @@
-import { TAILNET_AUTH_KEY_PATH, TAILNET_AUTH_KEY_PLACEHOLDER } from "../../components/render/hosts";
+import { TAILNET_AUTH_KEY_PATH, TAILNET_AUTH_KEY_PLACEHOLDER } from "../contract";
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
 import { stringLeaves } from "../engine/cloudInit";

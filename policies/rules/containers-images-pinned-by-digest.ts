@@ -1,6 +1,6 @@
 import type { Rule } from "../engine/rule";
 import { whenKnown } from "../engine/container";
-import { BUILT_SANDBOX_SHELL_PLACEHOLDER } from "../../components/workloads/compose";
+import { BUILT_SANDBOX_SHELL_PLACEHOLDER } from "../contract";
 
 const PINNED = /@sha256:[0-9a-f]{64}$/;
 

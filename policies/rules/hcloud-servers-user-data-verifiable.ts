@@ -1,6 +1,6 @@
 import type { Rule } from "../engine/rule";
 import { isHidden } from "../engine/finding";
-import { artifactsOf } from "../../components/artifacts";
+import { artifactsOf } from "../contract";
 import { TYPES } from "../engine/resource";
 
 export const hcloudServersUserDataVerifiable: Rule = {

@@ -1,4 +1,4 @@
-import { ENV_NAME, FORBIDDEN_ENV } from "../../components/config/schema";
+import { ENV_NAME, FORBIDDEN_ENV } from "../contract";
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
 import { allValues } from "../engine/sshd";
@@ -6,10 +6,11 @@ import { allValues } from "../engine/sshd";
 export const sshdAcceptEnvAllowlist: Rule = {
     kind: "sshd",
     id: "sshd-accept-env-allowlist",
+    compares: ["envAllowlist"],
     description:
-        "AcceptEnv may name only the configured allowlist (default GITHUB_TOKEN), each exactly: no wildcards, and never a " +
+        "AcceptEnv may name only the policy's envAllowlist (policies/config.json), each exactly: no wildcards, and never a " +
         "variable that changes how programs run (LD_*, BASH_ENV, ENV, PATH, ...).",
-    remediation: "List exact names from airlock:agent.envAllowlist in AcceptEnv and nothing else (drop distribution defaults like `AcceptEnv LANG LC_*`).",
+    remediation: "List in AcceptEnv only exact names that are both in airlock:agent.envAllowlist and in the policy's envAllowlist (drop distribution defaults like `AcceptEnv LANG LC_*`).",
     check(config, ctx) {
         const problems: Problem[] = [];
         for (const setting of allValues(config, "acceptenv")) {

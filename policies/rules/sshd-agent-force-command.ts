@@ -4,6 +4,7 @@ import { effective, userMayLogIn } from "../engine/sshd";
 export const sshdAgentForceCommand: Rule = {
     kind: "sshd",
     id: "sshd-agent-force-command",
+    compares: ["agentUser"],
     description:
         "Every login of the agent user must run the ForceCommand wrapper, so each command lands in the sandbox container. " +
         "A config that does not let the agent log in at all (AllowUsers/DenyUsers) passes.",

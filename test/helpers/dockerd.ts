@@ -20,22 +20,31 @@ export async function startDockerd(dir: string, extraSockets: string[] = []): Pr
     const socket = path.join(dir, "docker.sock");
     const hosts = [socket, ...extraSockets].flatMap((s) => ["-H", `unix://${s}`]);
     const log = fs.openSync(path.join(dir, "dockerd.log"), "a");
+    // Networks from a range of the tests' own, so routes left on the machine (other
+    // daemons' bridges) never exhaust Docker's default pools.
+    fs.writeFileSync(path.join(dir, "daemon.json"), `${JSON.stringify({ "default-address-pools": [{ base: "10.213.0.0/16", size: 24 }] })}\n`);
     const daemon: ChildProcess = spawn(
         "dockerd",
         ["--data-root", path.join(dir, "data"), "--exec-root", path.join(dir, "exec"), "--pidfile", path.join(dir, "dockerd.pid"), ...hosts, "--iptables=false", "--ip6tables=false", "--bridge=none", "--config-file", path.join(dir, "daemon.json")],
         { stdio: ["ignore", log, log], detached: false },
     );
-    fs.writeFileSync(path.join(dir, "daemon.json"), "{}\n");
     const env = { ...process.env, DOCKER_HOST: `unix://${socket}`, DOCKER_BUILDKIT: "0" };
     const docker = (args: string[], input?: string) => run("docker", args, { env, input, timeout: 120_000 });
     for (let i = 0; i < 300; i++) {
         if (docker(["info", "--format", "{{.ServerVersion}}"]).status === 0) {
             const stop = () =>
                 new Promise<void>((resolve) => {
-                    if (daemon.exitCode !== null) return resolve();
+                    // A stopped daemon leaves its networks' bridges behind: remove them too.
+                    const bridges = docker(["network", "ls", "--quiet", "--no-trunc", "--filter", "driver=bridge"]).stdout.trim().split("\n").filter(Boolean);
+                    const removeBridges = () => bridges.forEach((id) => run("ip", ["link", "del", `br-${id.slice(0, 12)}`]));
+                    if (daemon.exitCode !== null) {
+                        removeBridges();
+                        return resolve();
+                    }
                     const timer = setTimeout(() => daemon.kill("SIGKILL"), 20_000);
                     daemon.once("exit", () => {
                         clearTimeout(timer);
+                        removeBridges();
                         resolve();
                     });
                     daemon.kill("SIGTERM");

@@ -4,6 +4,8 @@ import { BROKER_CLIENT_PATH, BROKER_PATH, BROKER_SOCKET_PATH, GATEWAY_KNOWN_HOST
 import { CHECKPOINT_CLIENT_PATH } from "../../components/render/checkpoints";
 import { brokerClient, checkpointClient, startBroker, TestBroker } from "./broker";
 import { renderedFile } from "./stacks";
+import { egressRulesFor } from "./egress";
+import { inNamespace } from "./netns";
 import { installFiles, run } from "./tools";
 
 /** A new ed25519 key at `file`; returns its public half as "ssh-ed25519 AAAA...". */
@@ -42,4 +44,19 @@ export function startSandboxBroker(root: string, agentUser: string, env: Record<
 /** The gateway's rendered known_hosts, filled as at deploy with `publicKey`. */
 export function pinnedKnownHosts(gateway: RenderedHost, publicKey: string): string {
     return withSandboxHostKey(renderedFile(gateway, GATEWAY_KNOWN_HOSTS_PATH), publicKey);
+}
+
+/**
+ * As at boot on the sandbox: the rendered egress rules in force in the namespace
+ * `netns` for the agent `uid` (the stack's own), and a default route out through
+ * `via`, so that the rules, not a missing route, decide what the agent reaches.
+ */
+export function enforceEgress(netns: string, sandbox: RenderedHost, uid: number, via: string): void {
+    const rules = path.join(fs.mkdtempSync("/run/airlock-egress-"), "egress.nft");
+    fs.writeFileSync(rules, egressRulesFor(sandbox, uid, uid));
+    for (const cmd of [["nft", "--file", rules], ["ip", "route", "add", "default", "via", via]]) {
+        const result = inNamespace(netns, cmd);
+        if (result.status !== 0) throw new Error(`${cmd.join(" ")}: ${result.stderr}`);
+    }
+    fs.rmSync(path.dirname(rules), { recursive: true, force: true });
 }

@@ -94,3 +94,16 @@ export function renderedFile(host: RenderedHost, hostPath: string): string {
     if (!found) throw new Error(`${host.hostname} renders no ${hostPath}`);
     return found.content;
 }
+
+/**
+ * What the README shows after `$ <command>` in a fenced block, up to the next `$ `
+ * line or the end of the block: README samples are produced by the tests.
+ */
+export function readmeSample(command: string): string {
+    const readme = fs.readFileSync(path.join(REPO, "README.md"), "utf8");
+    const start = readme.indexOf(`$ ${command}\n`);
+    if (start < 0) throw new Error(`README.md shows no \`$ ${command}\``);
+    const rest = readme.slice(start + command.length + 3);
+    const end = rest.search(/^(\$ |```)/m);
+    return rest.slice(0, end);
+}

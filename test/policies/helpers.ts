@@ -1,10 +1,14 @@
+import * as fs from "node:fs";
 import * as YAML from "yaml";
 import type { ResourceValidationArgs } from "@pulumi/policy";
-import { DEFAULT_CONTEXT } from "../../policies/engine/context";
+import { loadPolicy } from "../../policies/policy";
 import type { Finding } from "../../policies/engine/finding";
 import { judgeCloudInit, judgeCompose, judgeResources, judgeSshd } from "../../policies/engine/judge";
 import type { PlannedResourceLike } from "../../policies/engine/resource";
 import { airlockPolicies } from "../../policies/pack";
+
+/** What the shipped policy (policies/config.json) has the rules compare against. */
+export const CONTEXT = loadPolicy().context;
 
 export const DIGEST = `sha256:${"ab12".repeat(16)}`;
 
@@ -30,10 +34,10 @@ export function composeText(services: Record<string, any>, extra: Record<string,
 
 export const ruleIds = (findings: Finding[]) => [...new Set(findings.map((f) => f.rule))].sort();
 
-export const compose = (text: string, file?: string) => judgeCompose(text, DEFAULT_CONTEXT, { file });
-export const sshd = (text: string) => judgeSshd(text, DEFAULT_CONTEXT, { file: "sshd_config" });
-export const cloudInit = (text: string) => judgeCloudInit(text, DEFAULT_CONTEXT, { file: "user-data" });
-export const resources = (list: PlannedResourceLike[]) => judgeResources(list, DEFAULT_CONTEXT);
+export const compose = (text: string, file?: string) => judgeCompose(text, CONTEXT, { file });
+export const sshd = (text: string) => judgeSshd(text, CONTEXT, { file: "sshd_config" });
+export const cloudInit = (text: string) => judgeCloudInit(text, CONTEXT, { file: "user-data" });
+export const resources = (list: PlannedResourceLike[]) => judgeResources(list, CONTEXT);
 
 export function resource(type: string, name: string, inputs: Record<string, unknown>, parent?: string): PlannedResourceLike {
     return { urn: `urn:pulumi:test::airlock::${type}::${name}`, type, name, inputs, parent };
@@ -57,14 +61,33 @@ export function validationArgs(r: PlannedResourceLike, config: Record<string, un
     } as unknown as ResourceValidationArgs;
 }
 
+/**
+ * The config CrossGuard hands one policy for `--policy-pack-config FILE`: the
+ * policy's schema defaults, overridden by its entry in FILE.
+ */
+export function policyPackConfig(file: string): (policy: PolicyLike) => Record<string, unknown> {
+    const entries = JSON.parse(fs.readFileSync(file, "utf8")) as Record<string, unknown>;
+    return (policy) => {
+        const defaults = Object.fromEntries(Object.entries(policy.configSchema?.properties ?? {}).map(([k, v]) => [k, (v as { default?: unknown }).default]));
+        const entry = entries[policy.name];
+        return { ...defaults, ...(entry !== null && typeof entry === "object" ? entry : {}) };
+    };
+}
+
+type PolicyLike = { name: string; configSchema?: { properties?: Record<string, unknown> } };
+
 /** Runs every resource policy of the pack on one resource; returns policy name -> messages. */
-export async function runPack(r: PlannedResourceLike, config: Record<string, unknown> = {}): Promise<Map<string, string[]>> {
+export async function runPack(
+    r: PlannedResourceLike,
+    config: Record<string, unknown> | ((policy: PolicyLike) => Record<string, unknown>) = {},
+): Promise<Map<string, string[]>> {
     const reports = new Map<string, string[]>();
     for (const policy of airlockPolicies()) {
         if (!("validateResource" in policy) || !policy.validateResource) continue;
         const validations = Array.isArray(policy.validateResource) ? policy.validateResource : [policy.validateResource];
+        const given = typeof config === "function" ? config(policy) : config;
         for (const validate of validations) {
-            await validate(validationArgs(r, config), (message) => reports.set(policy.name, [...(reports.get(policy.name) ?? []), message]));
+            await validate(validationArgs(r, given), (message) => reports.set(policy.name, [...(reports.get(policy.name) ?? []), message]));
         }
     }
     return reports;

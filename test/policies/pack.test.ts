@@ -1,12 +1,12 @@
 import { Secret } from "@pulumi/policy";
 import { describe, expect, it } from "vitest";
 import { UNKNOWN } from "../../cli/offline";
-import { DEFAULT_CONTEXT } from "../../policies/engine/context";
 import { judgeResource, PARSE_RULES } from "../../policies/engine/judge";
 import { airlockPolicies } from "../../policies/pack";
 import { RULES } from "../../policies/rules";
-import { planShipped } from "../helpers/stacks";
-import { resource, runPack, validationArgs } from "./helpers";
+import { POLICY_FILE } from "../../policies/policy";
+import { planShipped, SHIPPED_STACKS } from "../helpers/stacks";
+import { CONTEXT, policyPackConfig, resource, runPack, validationArgs } from "./helpers";
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const { unknownCheckingProxy } = require("@pulumi/policy/proxy") as { unknownCheckingProxy<T>(t: T): T };
@@ -33,7 +33,7 @@ describe("the CrossGuard pack", () => {
 
     it.each([badFirewall, badServer, badKey, badContainer])("reports exactly what `airlock check/gate` finds for $name", async (r) => {
         const pack = await runPack(r);
-        const cli = judgeResource(r, DEFAULT_CONTEXT);
+        const cli = judgeResource(r, CONTEXT);
         expect(cli.length).toBeGreaterThan(0);
         expect([...pack.keys()].sort()).toEqual([...new Set(cli.map((f) => f.rule))].sort());
         const total = [...pack.values()].reduce((n, messages) => n + messages.length, 0);
@@ -41,10 +41,13 @@ describe("the CrossGuard pack", () => {
         for (const messages of pack.values()) for (const m of messages) expect(m).toMatch(/Fix: /);
     });
 
-    it("reports nothing for every resource of the shipped dev plan", async () => {
-        const plan = await planShipped("dev");
-        const context = { agentUser: plan.config.agent.user, envAllowlist: plan.config.agent.envAllowlist, retentionDays: plan.config.backup.retentionDays };
-        for (const r of plan.resources) expect([...(await runPack(r, context)).keys()], r.urn).toEqual([]);
+    it.each(SHIPPED_STACKS)("reports nothing for the shipped %s plan, with or without --policy-pack-config policies/config.json", async (stack) => {
+        const plan = await planShipped(stack);
+        const asTheWorkflowRunsIt = policyPackConfig(POLICY_FILE);
+        for (const r of plan.resources) {
+            expect([...(await runPack(r)).keys()], r.urn).toEqual([]);
+            expect([...(await runPack(r, asTheWorkflowRunsIt)).keys()], r.urn).toEqual([]);
+        }
     });
 
     it("fails closed on values @pulumi/policy hides behind its unknown-checking proxy", async () => {

@@ -1,0 +1,58 @@
+#!/usr/bin/env node
+"use strict";
+/**
+ * The `airlock` command (package.json "bin"; `npm run airlock` runs it too).
+ * It runs the compiled CLI in dist/ - plain JavaScript, no compiler at start, so
+ * `airlock check FILE` fits in an editor or a pre-commit hook - when that build is
+ * at least as new as every source file. Otherwise (a source edited since `npm ci`
+ * or `npm run build`) it runs the TypeScript sources through tsx: slower to start,
+ * never stale.
+ */
+const fs = require("node:fs");
+const path = require("node:path");
+
+const ROOT = path.resolve(__dirname, "..");
+const STAMP = path.join(ROOT, "dist", ".built");
+const SOURCES = ["index.ts", "cli", "components", "policies"];
+
+/** The newest modification time of any TypeScript source (0 in a package that ships none). */
+function newestSource() {
+    let newest = 0;
+    const visit = (file) => {
+        let stat;
+        try {
+            stat = fs.statSync(file);
+        } catch {
+            return;
+        }
+        if (stat.isDirectory()) for (const name of fs.readdirSync(file)) visit(path.join(file, name));
+        else if (file.endsWith(".ts") && stat.mtimeMs > newest) newest = stat.mtimeMs;
+    };
+    for (const source of SOURCES) visit(path.join(ROOT, source));
+    return newest;
+}
+
+function builtAt() {
+    try {
+        return fs.statSync(STAMP).mtimeMs;
+    } catch {
+        return -1;
+    }
+}
+
+if (process.env.AIRLOCK_FROM_SOURCE !== "1" && builtAt() >= newestSource()) {
+    require(path.join(ROOT, "dist", "cli", "main.js"));
+} else {
+    try {
+        require.resolve("tsx");
+    } catch {
+        process.stderr.write(`airlock: ${path.join(ROOT, "dist")} is missing or older than the sources; run \`npm run build\` in ${ROOT}\n`);
+        process.exit(2);
+    }
+    // As `node --import tsx cli/main.ts` would: TypeScript for require() and import().
+    const run = require("node:child_process").spawnSync(process.execPath, ["--import", "tsx", path.join(ROOT, "cli", "main.ts"), ...process.argv.slice(2)], {
+        stdio: "inherit",
+    });
+    if (run.signal) process.kill(process.pid, run.signal);
+    process.exitCode = run.status ?? 3;
+}

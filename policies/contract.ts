@@ -1,0 +1,50 @@
+/**
+ * What components/ (which renders) and policies/ (which judges) must agree on.
+ * policies/ imports nothing from components/ - the pack is published on its own -
+ * so these live here, with no imports, and components/ imports them.
+ */
+
+/** Filled at deploy time with the TailnetKey's value; one of the two secrets user_data may hold. */
+export const TAILNET_AUTH_KEY_PLACEHOLDER = "@TAILNET_AUTH_KEY@";
+/** The one file the join key is written to (and shredded from after use). */
+export const TAILNET_AUTH_KEY_PATH = "/etc/airlock/tailnet-authkey";
+/** Filled at boot with the host's tailnet IPv4 by a script that refuses anything else. */
+export const TAILNET_IPV4_PLACEHOLDER = "@TAILNET_IPV4@";
+/** Filled at deploy time with the built sandbox-shell image's `registry/name@sha256:...`. */
+export const BUILT_SANDBOX_SHELL_PLACEHOLDER = "@SANDBOX_SHELL_IMAGE@";
+
+/** The resource that carries rendered files, with inputs known at preview. */
+export const STASH_TYPE = "pulumi:index:Stash";
+
+/** Relative path -> file content, exactly as rendered. */
+export type Artifacts = Record<string, string>;
+
+/** A Stash's `input` as airlock writes it. */
+export const stashInput = (artifacts: unknown) => ({ airlockArtifacts: artifacts });
+
+/** Reads the artifacts back from a Stash's inputs (in a preview, a stack export, under mocks). */
+export function artifactsOf(inputs: unknown): Artifacts | undefined {
+    const carried = (inputs as { input?: { airlockArtifacts?: unknown } } | undefined)?.input?.airlockArtifacts;
+    return carried !== null && typeof carried === "object" ? (carried as Artifacts) : undefined;
+}
+
+/**
+ * Variables the sandbox must never accept from a client: they change how the
+ * dynamic loader, the shell or the wrapper itself behave before any allowlist applies.
+ */
+export const FORBIDDEN_ENV =
+    /^(LD_.*|DYLD_.*|BASH_ENV|ENV|BASH_FUNC_.*|PATH|HOME|SHELL|USER|LOGNAME|IFS|PS4|SHELLOPTS|BASHOPTS|PROMPT_COMMAND|GLOBIGNORE|CDPATH|DOCKER_.*|SSH_.*|PYTHON(PATH|STARTUP|HOME)|PERL5?LIB|PERL5OPT|NODE_OPTIONS|RUBYOPT|GIT_SSH(_COMMAND)?|GIT_EXEC_PATH|GCONV_PATH|LOCPATH|HOSTALIASES|TMPDIR)$/;
+
+/** An exact, upper-case variable name: no wildcards. */
+export const ENV_NAME = /^[A-Z_][A-Z0-9_]*$/;
+
+/**
+ * Bad input: one line per problem, each naming the file and the key path. Every
+ * front end turns it into exit 2 without a stack trace.
+ */
+export class ConfigError extends Error {
+    constructor(readonly problems: string[]) {
+        super(problems.join("\n"));
+        this.name = "ConfigError";
+    }
+}

@@ -1,0 +1,278 @@
+import { createHash } from "node:crypto";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { readStackFile } from "../components/config/load";
+import { AUDIT_CONFIG_PATH, SANDBOX_WRAPPER_PATH } from "../components/render/hosts";
+import { AUDIT_PROGRAM } from "../cli/audit";
+import { installBrokerFiles, startBroker, talk, TestBroker } from "./helpers/broker";
+import { airlock } from "./helpers/cli";
+import { readmeSample, renderHosts, renderedFile, stackFile, tempDir } from "./helpers/stacks";
+import { run, toolsAvailable } from "./helpers/tools";
+
+/**
+ * airlock-audit, the gateway's side of the record: verify names the first break,
+ * pull appends only what extends the chain it holds (the sandbox is hostile), show
+ * joins the resolver's query log. `airlock audit --from DIR` runs the same program.
+ */
+
+const b64 = (text: string) => Buffer.from(text).toString("base64");
+const sha256 = (line: string) => createHash("sha256").update(line).digest("hex");
+const CONNECTION = b64("100.100.7.2 52000 100.100.7.1 22");
+const audit = (args: string[]) => run("/usr/bin/python3", ["-IS", AUDIT_PROGRAM, "--config", "-", ...args]);
+const cli = (args: string[]) => airlock(args);
+
+/** A sandbox: rendered wrapper + broker, and a stand-in `ssh` that runs the wrapper with the gateway's request. */
+async function sandbox() {
+    const dir = tempDir("audit-sandbox");
+    const host = renderHosts(readStackFile(stackFile("dev"))).sandbox;
+    const files = installBrokerFiles(host, dir);
+    fs.writeFileSync(path.join(dir, SANDBOX_WRAPPER_PATH), renderedFile(host, SANDBOX_WRAPPER_PATH), { mode: 0o755 });
+    const broker = await startBroker(files.broker, files.socket, files.stateDir);
+    const ssh = path.join(dir, "ssh");
+    fs.writeFileSync(ssh, `#!/bin/bash\nSSH_ORIGINAL_COMMAND="$1" exec ${path.join(dir, SANDBOX_WRAPPER_PATH)}\n`, { mode: 0o755 });
+    const command = (text: string, exit = 0, env = "-") =>
+        talk(broker.socket, `record-begin command=${b64(text)} env=${env} image= connection=${CONNECTION}\nrecord-end exit=${exit}\n`);
+    return { dir, broker, ssh, command };
+}
+
+/** A gateway: its audit directory and a config whose ssh reaches `ssh`. */
+function gateway(ssh: string) {
+    const dir = tempDir("audit-gateway");
+    const config = path.join(dir, "audit.json");
+    fs.writeFileSync(config, JSON.stringify({ dir: path.join(dir, "records"), ssh: [ssh], querylog: [] }));
+    const pull = () => run("/usr/bin/python3", ["-IS", AUDIT_PROGRAM, "--config", config, "pull"]);
+    const records = path.join(dir, "records");
+    const held = () => fs.readdirSync(records).filter((n) => n.endsWith(".jsonl"));
+    return { dir, records, pull, held, config };
+}
+
+describe.runIf(toolsAvailable("airlock-audit", ["socat", "systemd-socket-activate", "python3"]))("airlock-audit", () => {
+    let sb: Awaited<ReturnType<typeof sandbox>>;
+    const brokers: TestBroker[] = [];
+
+    beforeAll(async () => {
+        sb = await sandbox();
+        brokers.push(sb.broker);
+        for (let i = 0; i < 10; i++) expect(sb.command(`step ${i}`, i === 6 ? 2 : 0, i === 3 ? "GITHUB_TOKEN" : "-").lines.at(-1)).toBe("ok");
+    });
+    afterAll(async () => {
+        for (const broker of brokers) await broker.stop();
+    });
+
+    /** A copy of the sandbox's record in its own folder, changed by `edit` (lines without their newline). */
+    function tamperedCopy(edit: (lines: string[]) => string[]): string {
+        const dir = tempDir("audit-copy");
+        const lines = fs.readFileSync(sb.broker.recordFile, "utf8").split("\n").filter(Boolean);
+        fs.writeFileSync(path.join(dir, "record.jsonl"), edit(lines).map((l) => `${l}\n`).join(""));
+        return dir;
+    }
+    const firstBreak = (dir: string) => {
+        const result = audit(["--dir", dir, "verify", "--json"]);
+        return { status: result.status, break: JSON.parse(result.stdout).chains[0].break };
+    };
+
+    it("verify passes an intact chain", () => {
+        const result = audit(["--dir", tamperedCopy((l) => l), "verify"]);
+        expect(result.stdout).toMatch(/record\.jsonl: 21 records, chain intact/);
+        expect(result.status).toBe(0);
+    });
+
+    it("editing one record breaks verify at that record", () => {
+        const edited = firstBreak(tamperedCopy((l) => l.map((line, i) => (i === 14 ? line.replace('"exit":2', '"exit":0') : line))));
+        expect(JSON.parse(fs.readFileSync(sb.broker.recordFile, "utf8").split("\n")[14])).toMatchObject({ kind: "end", exit: 2 });
+        expect(edited).toEqual({ status: 1, break: { seq: 14, line: 15, reason: "record 14 was altered: its hash no longer matches what record 15 holds" } });
+        // A command text changed in place, its own prev untouched: the same.
+        expect(firstBreak(tamperedCopy((l) => l.map((line, i) => (i === 5 ? line.replace("step 2", "step X") : line)))).break.seq).toBe(5);
+    });
+
+    it("deleting one record breaks verify at that record", () => {
+        expect(firstBreak(tamperedCopy((l) => l.filter((_, i) => i !== 8)))).toEqual({ status: 1, break: { seq: 8, line: 9, reason: "record 8 is missing (deleted)" } });
+    });
+
+    it("reordering two records breaks verify at the first of them", () => {
+        const swapped = firstBreak(tamperedCopy((l) => [...l.slice(0, 9), l[10], l[9], ...l.slice(11)]));
+        expect(swapped).toEqual({ status: 1, break: { seq: 9, line: 10, reason: "out of order: record 9 comes after record 10" } });
+    });
+
+    it("a copy re-chained after an edit passes verify on its own: that is why the gateway keeps its own copy", () => {
+        // Re-chaining from the edit on yields a self-consistent file: the chain alone cannot
+        // catch that, which is why the gateway pulls and keeps its own copy (next tests).
+        const rechained = tamperedCopy((l) => {
+            const out = [...l];
+            out[14] = out[14].replace('"exit":2', '"exit":0');
+            for (let i = 15; i < out.length; i++) out[i] = out[i].replace(/"prev":"[0-9a-f]{64}"/, `"prev":"${sha256(out[i - 1])}"`);
+            return out;
+        });
+        expect(firstBreak(rechained).status).toBe(0);
+    });
+
+    it("refuses lines the broker would never write: duplicate keys, other spacing, unknown fields, an end of nothing, half a line", () => {
+        const cases: [string, (l: string[]) => string[], number, RegExp][] = [
+            ["duplicate key", (l) => l.map((x, i) => (i === 3 ? x.replace('"kind":"begin"', '"kind":"begin","kind":"begin"') : x)), 3, /not a JSON record \(a key appears twice\)/],
+            ["spacing", (l) => l.map((x, i) => (i === 3 ? x.replace('"kind":"begin"', '"kind": "begin"') : x)), 3, /not a record as the broker writes it/],
+            ["extra field", (l) => l.map((x, i) => (i === 3 ? x.replace('"kind":"begin"', '"kind":"begin","token":"x"') : x)), 3, /unexpected fields/],
+            ["half a line", (l) => [...l.slice(0, -1), l.at(-1)!.slice(0, 20)], 20, /not a JSON record/],
+        ];
+        for (const [what, edit, seq, reason] of cases) {
+            const found = firstBreak(tamperedCopy(edit));
+            expect(found.status, what).toBe(1);
+            expect(found.break.seq, what).toBe(seq);
+            expect(found.break.reason, what).toMatch(reason);
+        }
+        const dir = tempDir("audit-partial");
+        fs.writeFileSync(path.join(dir, "record.jsonl"), fs.readFileSync(sb.broker.recordFile, "utf8").slice(0, -5));
+        expect(firstBreak(dir).break).toMatchObject({ seq: 20, reason: "an incomplete last line" });
+    });
+
+    it("pull brings the record to the gateway, then only what is new", () => {
+        const gw = gateway(sb.ssh);
+        const first = gw.pull();
+        expect(first.stderr).toBe("");
+        expect(first.stdout).toMatch(/^airlock-audit: pulled 21 new records in chain [0-9a-f]{32}$/m);
+        const [file] = gw.held();
+        expect(fs.readFileSync(path.join(gw.records, file), "utf8")).toBe(fs.readFileSync(sb.broker.recordFile, "utf8"));
+        expect(fs.statSync(gw.records).mode & 0o777).toBe(0o700);
+        expect(fs.statSync(path.join(gw.records, file)).mode & 0o777).toBe(0o600);
+        expect(gw.pull().stdout).toMatch(/pulled 0 new records/);
+        sb.command("one more");
+        expect(gw.pull().stdout).toMatch(/pulled 2 new records/);
+        expect(fs.readFileSync(path.join(gw.records, file), "utf8")).toBe(fs.readFileSync(sb.broker.recordFile, "utf8"));
+        expect(audit(["--dir", gw.records, "verify"]).status).toBe(0);
+    });
+
+    it("a sandbox that rewrites history already pulled is caught at the next pull, and the gateway's copy stays as it was", () => {
+        const gw = gateway(sb.ssh);
+        expect(gw.pull().status).toBe(0);
+        const [file] = gw.held();
+        const before = fs.readFileSync(path.join(gw.records, file), "utf8");
+        const original = fs.readFileSync(sb.broker.recordFile, "utf8");
+        // The compromised sandbox rewrites one command's exit status and re-chains everything after it.
+        const lines = original.split("\n").filter(Boolean);
+        lines[14] = lines[14].replace('"exit":2', '"exit":0');
+        for (let i = 15; i < lines.length; i++) lines[i] = lines[i].replace(/"prev":"[0-9a-f]{64}"/, `"prev":"${sha256(lines[i - 1])}"`);
+        fs.writeFileSync(sb.broker.recordFile, lines.map((l) => `${l}\n`).join(""));
+        try {
+            sb.command("after the rewrite");
+            const caught = gw.pull();
+            expect(caught.status).toBe(1);
+            expect(caught.stderr).toMatch(/the sandbox's record DIVERGES from the copy held here at record \d+: history that already left the sandbox was rewritten there; nothing appended/);
+            expect(fs.readFileSync(path.join(gw.records, file), "utf8")).toBe(before);
+        } finally {
+            fs.writeFileSync(sb.broker.recordFile, original);
+        }
+    });
+
+    /** A sandbox whose answer is whatever `answer` says (a compromised one). */
+    function lyingSandbox(answer: string): string {
+        const dir = tempDir("audit-liar");
+        fs.writeFileSync(path.join(dir, "answer"), answer);
+        const ssh = path.join(dir, "ssh");
+        fs.writeFileSync(ssh, `#!/bin/bash\ncat ${path.join(dir, "answer")}\n`, { mode: 0o755 });
+        return ssh;
+    }
+
+    it("from a lying sandbox it appends only the valid prefix: forged links, garbage, floods stop the pull", () => {
+        const lines = fs.readFileSync(sb.broker.recordFile, "utf8").split("\n").filter(Boolean);
+        const data = (ls: string[]) => ls.map((l) => `data ${l}\n`).join("");
+        const forged = lines[5].replace(/"prev":"[0-9a-f]{64}"/, `"prev":"${"f".repeat(64)}"`);
+        const cases: [string, string, number, RegExp][] = [
+            ["a forged link", data([...lines.slice(0, 5), forged, ...lines.slice(6)]) + "ok\n", 5, /record 5 from the sandbox was refused: does not chain/],
+            ["garbage", data(lines.slice(0, 3)) + "rm -rf /\n", 3, /an answer that is not the broker's/],
+            ["a huge line", data(lines.slice(0, 2)) + `data ${"x".repeat(1100 * 1024)}\n`, 2, /a line longer than any record/],
+            ["no ok at the end", data(lines.slice(0, 4)), 4, /the connection ended without the broker answering ok/],
+        ];
+        for (const [what, answer, appended, reason] of cases) {
+            const gw = gateway(lyingSandbox(answer));
+            const result = gw.pull();
+            expect(result.status, what).toBe(1);
+            expect(result.stderr, what).toMatch(reason);
+            const held = gw.held().map((f) => fs.readFileSync(path.join(gw.records, f), "utf8"));
+            expect(held.join("").split("\n").filter(Boolean).length, what).toBe(appended);
+            if (appended > 0) expect(audit(["--dir", gw.records, "verify"]).status, what).toBe(0);
+        }
+    });
+
+    it("a new chain on the sandbox (a replaced server) becomes a new file; the old one is kept as it was", async () => {
+        const gw = gateway(sb.ssh);
+        expect(gw.pull().status).toBe(0);
+        const [oldFile] = gw.held();
+        const old = fs.readFileSync(path.join(gw.records, oldFile), "utf8");
+        const fresh = await sandbox();
+        brokers.push(fresh.broker);
+        fresh.command("on the new server");
+        fs.writeFileSync(gw.config, JSON.stringify({ dir: gw.records, ssh: [fresh.ssh], querylog: [] }));
+        const result = gw.pull();
+        expect(result.stdout).toMatch(/the sandbox started a new chain [0-9a-f]{32} .*; chain [0-9a-f]{32} is kept as it is/);
+        expect(gw.held()).toHaveLength(2);
+        expect(fs.readFileSync(path.join(gw.records, oldFile), "utf8")).toBe(old);
+        expect(audit(["--dir", gw.records, "verify"]).stdout.match(/chain intact/g)).toHaveLength(2);
+    });
+
+    it("show joins each command with the names its source resolved while it ran, escapes hostile text, and the CLI agrees", () => {
+        const dir = tempDir("audit-show");
+        const box = fs.readFileSync(sb.broker.recordFile, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l));
+        const step3 = box.find((e) => e.command === "step 3");
+        const at = (ms: number) => new Date(Date.parse(step3.time) + ms).toISOString().replace("Z", "000+00:00");
+        const q = (ms: number, host: string, ip = "100.100.7.1", filtered = false) =>
+            JSON.stringify({ IP: ip, T: at(ms), QH: host, QT: "A", QC: "IN", CP: "", Result: filtered ? { IsFiltered: true, Reason: 3 } : {}, Elapsed: 1000 });
+        const log = path.join(dir, "querylog.json");
+        fs.writeFileSync(log, [q(5, "github.com"), q(6, "evil.example", "100.100.7.1", true), q(7, "other.example", "100.64.9.9"), "not json", q(-600_000, "long.ago.example")].join("\n") + "\n");
+        const records = path.join(dir, "records");
+        fs.mkdirSync(records);
+        fs.copyFileSync(sb.broker.recordFile, path.join(records, "record.jsonl"));
+        const shown = audit(["--dir", records, "show", "--json", "--querylog", log]);
+        expect(shown.status).toBe(0);
+        const parsed = JSON.parse(shown.stdout);
+        const record = parsed.records.find((r: any) => r.command === "step 3");
+        expect(record).toMatchObject({ env: ["GITHUB_TOKEN"], exit: 0, session: "100.100.7.2:52000", source: "100.100.7.1" });
+        expect(record.dns.map((d: any) => [d.name, d.blocked])).toEqual([["github.com", false], ["evil.example", true]]);
+        expect(parsed.records.find((r: any) => r.command === "step 6")).toMatchObject({ exit: 2 });
+        expect(parsed.querylogUnreadableLines).toBe(1);
+
+        const human = audit(["--dir", records, "show", "--querylog", log]).stdout;
+        expect(human).toMatch(/session 100\.100\.7\.2:52000 {2}exit 0 {2}\d+\.\d s {2}env GITHUB_TOKEN\n {4}\$ step 3\n {4}dns: github\.com A, evil\.example A \(blocked\)/);
+        expect(cli(["audit", "show", "--from", records, "--querylog", log, "--json"]).stdout).toBe(shown.stdout);
+
+        // Hostile text from the sandbox reaches the terminal escaped.
+        sb.command("printf done\x1b[2K\r\x1b]0;owned\x07");
+        fs.copyFileSync(sb.broker.recordFile, path.join(records, "record.jsonl"));
+        const escaped = audit(["--dir", records, "show", "--since", "1h"]).stdout;
+        expect(escaped).toContain("$ printf done\\x1b[2K\\x0d\\x1b]0;owned\\x07");
+        expect(escaped).not.toMatch(/[\x00-\x08\x0b-\x1f\x7f]/);
+    });
+
+    it("the CLI's verify exits like the gateway's: 0 intact, 1 at the first break, 2 for a folder that is not there", () => {
+        const intact = tamperedCopy((l) => l);
+        expect(cli(["audit", "verify", "--from", intact]).status).toBe(0);
+        const broken = tamperedCopy((l) => l.filter((_, i) => i !== 8));
+        const result = cli(["audit", "verify", "--from", broken]);
+        expect(result.stdout).toMatch(/first break at record 8 \(line 9\): record 8 is missing \(deleted\)/);
+        expect(result.status).toBe(1);
+        expect(cli(["audit", "verify", "--from", path.join(broken, "nope")]).status).toBe(2);
+    });
+
+    it("the README's samples are what the CLI prints", () => {
+        const show = "airlock audit show --from test/fixtures/record --querylog test/fixtures/record/querylog.json";
+        expect(cli(show.split(" ").slice(1)).stdout).toBe(readmeSample(show));
+        const verify = "airlock audit verify --from test/fixtures/record";
+        expect(cli(verify.split(" ").slice(1)).stdout).toBe(readmeSample(verify));
+    });
+
+    it("the gateway renders airlock-audit, its settings, and a pull timer with an alert on failure", () => {
+        const gatewayHost = renderHosts(readStackFile(stackFile("dev"))).gateway;
+        expect(renderedFile(gatewayHost, "/usr/local/sbin/airlock-audit")).toBe(fs.readFileSync(AUDIT_PROGRAM, "utf8"));
+        expect(JSON.parse(renderedFile(gatewayHost, AUDIT_CONFIG_PATH))).toEqual({
+            dir: "/var/lib/airlock/audit",
+            ssh: ["runuser", "-u", "agent", "--", "ssh", "sandbox"],
+            querylog: ["/home/agent/.local/share/airlock/adguard/work/data/querylog.json.1", "/home/agent/.local/share/airlock/adguard/work/data/querylog.json"],
+        });
+        expect(renderedFile(gatewayHost, "/etc/systemd/system/airlock-audit-pull.service")).toMatch(/OnFailure=airlock-alert@%n\.service[\s\S]*ExecStart=\/usr\/local\/sbin\/airlock-audit pull/);
+        expect(renderedFile(gatewayHost, "/etc/systemd/system/airlock-audit-pull.timer")).toContain("OnCalendar=*:0/5");
+        expect(gatewayHost.cloudInit).toContain("airlock-audit-pull.timer");
+        // The folder exists before the first pull, so the first backup finds it.
+        expect(gatewayHost.cloudInit).toMatch(/\[ ?install, -d, -m, "0700", \/var\/lib\/airlock\/audit ?\]/);
+        // In the gateway's backups.
+        expect(renderedFile(gatewayHost, "/usr/local/sbin/airlock-backup")).toMatch(/restic_ backup --tag gateway .*\/var\/lib\/airlock\/audit/);
+    });
+});

@@ -1,0 +1,222 @@
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import * as YAML from "yaml";
+import { readStackFile } from "../components/config/load";
+import { RenderedHost, SANDBOX_WRAPPER_PATH } from "../components/render/hosts";
+import { bootRootfs, BootedHost, debianRootfs, extractRootfs } from "./helpers/nspawn";
+import { editedStack, renderHosts } from "./helpers/stacks";
+import { installFiles, isRoot, run, toolsAvailable } from "./helpers/tools";
+
+/**
+ * The sandbox's rendered units booted under a real systemd (systemd-nspawn), in a
+ * network namespace of the test's own: the runcmd of the rendered cloud-init runs
+ * as cloud-init's final stage would, with stand-ins only for what this machine
+ * cannot have (tailscale, the Docker engine, the hcloud volume). The attack is the
+ * one a review found: the gateway is not on the tailnet yet (both servers are
+ * created in parallel), so airlock-tailnet-config fails; do the agent's processes
+ * run without their egress rules?
+ */
+
+const canRun = isRoot() && toolsAvailable("boot order under systemd-nspawn", ["systemd-nspawn", "mmdebstrap", "nsenter", "ip"]);
+if (!isRoot()) console.warn("SKIPPED boot order under systemd-nspawn: needs root (CI runs it as root)");
+
+const SELF = "100.100.7.1";
+const GATEWAY = "100.100.7.53";
+const OTHER_TAILNET_NODE = "100.100.8.9";
+
+/** tailscale, as far as our scripts use it; its state is a directory the test controls from outside. */
+const TAILSCALE_STUB = `#!/bin/bash
+state=/var/lib/fake-tailnet
+case "$1" in
+up) exit 0 ;;
+ip)
+	shift
+	[[ "\${1:-}" == "-4" ]] && shift
+	if [[ -z "\${1:-}" ]]; then cat "$state/self"; exit; fi
+	[[ -f "$state/peer-$1" ]] || { echo "no such peer $1" >&2; exit 1; }
+	cat "$state/peer-$1" ;;
+*) exit 0 ;;
+esac
+`;
+
+/**
+ * What an agent process does first when it wants out: send to the metadata service
+ * (which serves user_data), to another tailnet node, and to a loopback service.
+ * Datagrams, because a dropped datagram fails at once with EPERM (a dropped TCP SYN
+ * just times out): EPERM means a rule dropped it; a send that succeeds left.
+ */
+const PROBE = `#!/bin/bash
+out="/var/lib/fake-tailnet/probes/$1"
+{
+	echo "uid=$(id -u)"
+	for target in 169.254.169.254/80 ${OTHER_TAILNET_NODE}/22 127.0.0.1/9; do
+		if err="$(LC_ALL=C bash -c "printf x >/dev/udp/\${target%/*}/\${target#*/}" 2>&1)"; then
+			echo "$target left-the-host"
+		elif [[ "$err" == *"Operation not permitted"* ]]; then
+			echo "$target blocked"
+		else
+			echo "$target failed otherwise: $err"
+		fi
+	done
+} >"$out.tmp" && mv "$out.tmp" "$out"
+`;
+
+/** The Docker engine's parts the host units start, as stand-ins that probe as the agent when they start. */
+const DOCKERD_STUB = `#!/bin/bash
+/usr/local/bin/airlock-test-probe dockerd
+systemd-notify --ready
+exec sleep infinity
+`;
+const COMPOSE_STUB = `#!/bin/bash
+[[ " $* " == *" up "* ]] && /usr/local/bin/airlock-test-probe containers
+exit 0
+`;
+/** docker exec, for the wrapper: runs the command's bash here, as the container would. */
+const DOCKER_STUB = `#!/bin/bash
+echo "$*" >/var/lib/fake-tailnet/probes/docker-args
+exit 0
+`;
+const SYSTEM_DOCKER_UNIT = "[Unit]\nDescription=stand-in for docker.io's rootful daemon\n[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n";
+const SYSTEM_DOCKER_SOCKET = "[Unit]\nDescription=stand-in\n[Socket]\nListenStream=/run/docker-stand-in.sock\n[Install]\nWantedBy=sockets.target\n";
+
+describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
+    let dir: string;
+    let host: BootedHost | undefined;
+    let sandbox: RenderedHost;
+    let agentUid: number;
+    let agent: string;
+    let gatewayHost: string;
+    const netns = `al-boot-${process.pid % 10000}`;
+    const voidNs = `${netns}-void`;
+    const state = () => path.join(dir, "tailnet");
+    const probe = (name: string) => {
+        const file = path.join(state(), "probes", name);
+        return fs.existsSync(file) ? fs.readFileSync(file, "utf8") : undefined;
+    };
+
+    beforeAll(async () => {
+        const tarball = debianRootfs();
+        dir = fs.mkdtempSync("/var/tmp/airlock-boot-");
+        const cfg = readStackFile(editedStack("dev", () => undefined));
+        agentUid = cfg.agent.uid;
+        agent = cfg.agent.user;
+        gatewayHost = cfg.hostnames.gateway;
+        sandbox = renderHosts(cfg).sandbox;
+        const root = path.join(dir, "root");
+        extractRootfs(tarball, root);
+
+        // The network: the tailnet interface with the sandbox's address, and a "public"
+        // interface with a default route. Both lead into a namespace that drops whatever
+        // arrives, so a packet no rule dropped leaves the host, silently, and times out.
+        run("ip", ["netns", "del", netns]);
+        run("ip", ["netns", "del", voidNs]);
+        for (const args of [
+            ["netns", "add", netns],
+            ["netns", "add", voidNs],
+            ["-n", netns, "link", "set", "lo", "up"],
+            ["link", "add", "tailscale0", "netns", netns, "type", "veth", "peer", "name", "ts-void", "netns", voidNs],
+            ["link", "add", "eth0", "netns", netns, "type", "veth", "peer", "name", "eth-void", "netns", voidNs],
+            ["-n", voidNs, "link", "set", "ts-void", "up"],
+            ["-n", voidNs, "link", "set", "eth-void", "up"],
+            ["-n", netns, "addr", "add", `${SELF}/32`, "dev", "tailscale0"],
+            ["-n", netns, "link", "set", "tailscale0", "up"],
+            ["-n", netns, "route", "add", "100.64.0.0/10", "dev", "tailscale0"],
+            ["-n", netns, "addr", "add", "10.9.0.2/24", "dev", "eth0"],
+            ["-n", netns, "link", "set", "eth0", "up"],
+            ["-n", netns, "route", "add", "default", "via", "10.9.0.1"],
+        ]) {
+            const r = run("ip", args);
+            if (r.status !== 0) throw new Error(`ip ${args.join(" ")}: ${r.stderr}`);
+        }
+
+        // What cloud-init does before runcmd: the user, and write_files.
+        installFiles(sandbox, root);
+        const doc = YAML.parse(sandbox.cloudInit);
+        const user = doc.users.find((u: { name: string }) => u.name === cfg.agent.user);
+        expect(run("chroot", [root, "useradd", "--uid", String(user.uid), "--create-home", "--shell", user.shell, cfg.agent.user]).status).toBe(0);
+
+        // Stand-ins.
+        const put = (file: string, content: string, mode = 0o755) => {
+            fs.mkdirSync(path.dirname(path.join(root, file)), { recursive: true });
+            fs.writeFileSync(path.join(root, file), content, { mode });
+        };
+        put("/usr/bin/tailscale", TAILSCALE_STUB);
+        put("/usr/local/bin/airlock-test-probe", PROBE);
+        put("/usr/share/docker.io/contrib/dockerd-rootless.sh", DOCKERD_STUB);
+        put("/usr/bin/docker-compose", COMPOSE_STUB);
+        put("/usr/bin/docker", DOCKER_STUB);
+        put("/lib/systemd/system/docker.service", SYSTEM_DOCKER_UNIT, 0o644);
+        put("/lib/systemd/system/docker.socket", SYSTEM_DOCKER_SOCKET, 0o644);
+        // The hcloud volume is the twin's to prove; here /workspace is a plain directory.
+        put("/usr/local/sbin/airlock-mount-workspace", "#!/bin/bash\nmkdir -p /workspace\n");
+        fs.mkdirSync(path.join(state(), "probes"), { recursive: true });
+        fs.chmodSync(path.join(state(), "probes"), 0o1777);
+        fs.writeFileSync(path.join(state(), "self"), `${SELF}\n`);
+
+        host = await bootRootfs(root, netns, [`${state()}:/var/lib/fake-tailnet`]);
+
+        // runcmd, as cloud-init's final stage runs it: in order, a failure does not stop the rest.
+        for (const command of doc.runcmd as (string | string[])[]) {
+            const argv = Array.isArray(command) ? command.map(String) : ["sh", "-c", command];
+            host.exec(argv, { timeout: 180_000 });
+        }
+    }, 900_000);
+
+    afterAll(async () => {
+        if (host && process.env.AIRLOCK_DEBUG) console.log(host.exec(["journalctl", "--no-pager", "-b"]).stdout.slice(-20_000));
+        await host?.stop();
+        run("ip", ["netns", "del", netns]);
+        run("ip", ["netns", "del", voidNs]);
+        if (dir) fs.rmSync(dir, { recursive: true, force: true });
+    }, 60_000);
+
+    it("with the gateway not on the tailnet yet, no process of the agent runs without its egress rules", async () => {
+        // Give the user manager and its units time to start (or not).
+        await new Promise((r) => setTimeout(r, 5000));
+        const userManager = host!.exec(["systemctl", "is-active", `user@${agentUid}.service`]).stdout.trim();
+        const table = host!.exec(["nft", "list", "table", "inet", "airlock"]);
+        // An agent process on the host right now (as after a container escape, or an ssh session).
+        host!.exec(["runuser", "-u", agent, "--", "/usr/local/bin/airlock-test-probe", "agent-now"]);
+
+        const why = () => host!.exec(["journalctl", "--no-pager", "-b", "-u", "airlock-egress.service", "-u", "airlock-tailnet-config.service", `-u`, `user@${agentUid}.service`]).stdout.slice(-4000);
+        for (const started of ["dockerd", "containers"]) {
+            const seen = probe(started);
+            // Either it has not started, or it started under the rules.
+            if (seen !== undefined) expect(seen, `${started} started without its egress rules (user manager ${userManager})`).toMatch(/169\.254\.169\.254\/80 blocked/);
+        }
+        expect(probe("agent-now"), host!.exec(["nft", "list", "ruleset"]).stdout).toMatch(/169\.254\.169\.254\/80 blocked/);
+        expect(table.status, `the egress table is loaded before the tailnet is complete\n${why()}`).toBe(0);
+    });
+
+    it("the agent reaches neither another tailnet node nor a host loopback service", () => {
+        const seen = probe("agent-now") ?? "";
+        expect(seen).toMatch(new RegExp(`${OTHER_TAILNET_NODE.replaceAll(".", "\\.")}/22 blocked`));
+        expect(seen).toMatch(/127\.0\.0\.1\/9 blocked/);
+    });
+
+    it("the wrapper refuses commands while the rules are missing, and runs them once they are back", () => {
+        const wrapper = () => host!.exec(["runuser", "-u", agent, "--", "env", "SSH_ORIGINAL_COMMAND=true", SANDBOX_WRAPPER_PATH]);
+        const saved = host!.exec(["nft", "list", "table", "inet", "airlock"]).stdout;
+        expect(host!.exec(["nft", "delete", "table", "inet", "airlock"]).status).toBe(0);
+        try {
+            const refused = wrapper();
+            expect(refused.status).not.toBe(0);
+            expect(refused.stderr).toMatch(/egress rules are not in force/);
+        } finally {
+            expect(host!.exec(["nft", "-f", "-"], { input: saved }).status).toBe(0);
+        }
+        const allowed = wrapper();
+        expect(allowed.stderr).toBe("");
+        expect(allowed.status).toBe(0);
+    });
+
+    it("converges when the gateway joins, without waiting for a timer", async () => {
+        fs.writeFileSync(path.join(state(), `peer-${gatewayHost}`), `${GATEWAY}\n`);
+        const ready = await host!.waitFor(["nft", "list", "set", "inet", "airlock", "resolver4"], 1) && (await host!.waitFor(["sh", "-c", `nft list set inet airlock resolver4 | grep -q ${GATEWAY}`], 60));
+        expect(ready, "the resolver's address reaches the egress rules").toBe(true);
+        expect(await host!.waitFor(["test", "-f", "/var/lib/fake-tailnet/probes/containers"], 60), "the workloads start").toBe(true);
+        expect(probe("containers")).toMatch(/169\.254\.169\.254\/80 blocked/);
+        expect(host!.exec(["systemctl", "--failed", "--no-legend", "--plain"]).stdout.trim()).toBe("");
+    });
+});

@@ -1,0 +1,171 @@
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { describe, expect, it } from "vitest";
+import * as YAML from "yaml";
+import { gateStack } from "../cli/gate";
+import { propose, withAllowlist } from "../cli/egress";
+import { readQueryLog } from "../cli/querylog";
+import { readStackFile } from "../components/config/load";
+import { renderAdguardConfig } from "../components/workloads/compose";
+import { airlock } from "./helpers/cli";
+import { readmeSample, REPO, tempDir } from "./helpers/stacks";
+import { run, toolsAvailable } from "./helpers/tools";
+
+/** From the resolver's query log to a reviewed allowlist change: grouped, counted, exfiltration flagged, a diff that applies and gates clean. */
+
+const SAMPLE = path.join(REPO, "test/fixtures/adguard/querylog.sample.json");
+const AGENT_LOG = path.join(REPO, "test/fixtures/adguard/querylog.agent.json");
+
+/** A working copy holding `stacks/` (copies of the shipped stacks), as a user's checkout would. */
+function checkout(): string {
+    const dir = tempDir("egress");
+    fs.cpSync(path.join(REPO, "stacks"), path.join(dir, "stacks"), { recursive: true });
+    return dir;
+}
+
+/** Runs `fn` with the working directory at `dir` (the diff names files relative to it). */
+function inDir<T>(dir: string, fn: () => T): T {
+    const before = process.cwd();
+    process.chdir(dir);
+    try {
+        return fn();
+    } finally {
+        process.chdir(before);
+    }
+}
+
+describe("AdGuard Home's query log", () => {
+    it("reads the real sample from AdGuard Home's repository", () => {
+        const log = readQueryLog(SAMPLE);
+        expect(log.unreadable).toBe(0);
+        expect(log.queries.map((q) => [q.name, q.type, q.client, q.blocked])).toEqual([
+            ["mtalk.google.com", "A", "192.168.0.0", false],
+            ["example.org", "AAAA", "127.0.0.1", false],
+            ["ad.doubleclick.net", "A", "127.0.0.1", false],
+            ["ad.doubleclick.net", "A", "127.0.0.1", true],
+            ["push.apple.com", "TXT", "192.168.0.15", false],
+        ]);
+        expect(log.queries[0].time.toISOString()).toBe("2020-08-31T13:43:37.724Z");
+    });
+
+    it("counts, and never trusts, lines it cannot read: not JSON, a bad time, an endless line", () => {
+        const file = path.join(tempDir("querylog"), "querylog.json");
+        const good = fs.readFileSync(SAMPLE, "utf8").split("\n")[1];
+        fs.writeFileSync(file, [good, "{not json", '{"T":"yesterday","QH":"a.example.com","QT":"A","IP":"1.2.3.4"}', `{"QH":"${"a".repeat(200_000)}"}`, good, ""].join("\n"));
+        const log = readQueryLog(file);
+        expect(log.queries).toHaveLength(2);
+        expect(log.unreadable).toBe(3);
+    });
+});
+
+describe("airlock egress propose", () => {
+    it("groups the real sample by registrable domain", () => {
+        const p = inDir(checkout(), () => propose("dev", "stacks/Pulumi.dev.yaml", SAMPLE));
+        expect(p.propose.map((u) => [u.domain, u.queries, u.blocked])).toEqual([
+            ["apple.com", 1, 0],
+            ["doubleclick.net", 2, 1],
+            ["example.org", 1, 0],
+            ["google.com", 1, 0],
+        ]);
+        expect(p.flagged).toEqual([]);
+    });
+
+    it("on an agent's day: the expected domains with counts and first/last seen, exfiltration-shaped names flagged, not proposed", () => {
+        const p = inDir(checkout(), () => propose("dev", "stacks/Pulumi.dev.yaml", AGENT_LOG, "100.100.7.1"));
+        expect(p.queries).toBe(170);
+        expect(p.unreadableLines).toBe(2);
+        expect(p.propose.map((u) => [u.domain, u.queries])).toEqual([
+            ["debian.org", 3],
+            ["github.com", 47],
+            ["npmjs.org", 20],
+            ["objects.githubusercontent.com", 8],
+            ["octo-user.github.io", 2],
+            ["pypi.org", 4],
+            ["pythonhosted.org", 6],
+            ["vendor-analytics.com", 3],
+        ]);
+        const github = p.propose.find((u) => u.domain === "github.com")!;
+        expect(github.names).toEqual(["api.github.com", "codeload.github.com", "github.com"]);
+        expect(github.firstSeen).toMatch(/^2025-03-01T09:00:07\.\d{3}Z$/);
+        expect(Date.parse(github.lastSeen)).toBeGreaterThan(Date.parse(github.firstSeen));
+        expect(p.propose.find((u) => u.domain === "vendor-analytics.com")!.blocked).toBe(3);
+        expect(p.flagged.map((f) => [f.domain, f.queries])).toEqual([
+            ["cdn-tracker.io", 35],
+            ["exfil-collector.net", 40],
+        ]);
+        expect(p.flagged[0].reasons).toEqual(["35 distinct names under one domain"]);
+        expect(p.flagged[1].reasons[0]).toMatch(/^long random-looking labels \(40, e\.g\. /);
+        expect(p.skipped).toEqual(["1.7.100.100.in-addr.arpa", "localhost"]);
+        expect(p.diff).not.toMatch(/exfil-collector|cdn-tracker/);
+        // The other client's query is left out with --client.
+        expect(inDir(checkout(), () => propose("dev", "stacks/Pulumi.dev.yaml", AGENT_LOG)).propose.find((u) => u.domain === "github.com")!.queries).toBe(48);
+    });
+
+    it.runIf(toolsAvailable("diff application", ["git", "patch"]))("the diff applies cleanly (git apply, patch -p1), changes only the allowlist, and the stack passes the gate", async () => {
+        for (const stack of ["dev", "prod"]) {
+            const dir = checkout();
+            const original = fs.readFileSync(path.join(dir, "stacks", `Pulumi.${stack}.yaml`), "utf8");
+            const p = inDir(dir, () => propose(stack, `stacks/Pulumi.${stack}.yaml`, AGENT_LOG, "100.100.7.1"));
+            // Proposing never applies.
+            expect(fs.readFileSync(path.join(dir, "stacks", `Pulumi.${stack}.yaml`), "utf8")).toBe(original);
+            const diff = path.join(dir, "proposal.diff");
+            fs.writeFileSync(diff, p.diff);
+            expect(run("patch", ["-p1", "--dry-run", "--input", diff], { cwd: dir }).status, stack).toBe(0);
+            const applied = run("git", ["apply", "--verbose", diff], { cwd: dir });
+            expect(applied.stderr, stack).toMatch(/Applied patch stacks\/Pulumi\.\w+\.yaml cleanly/);
+            expect(applied.status).toBe(0);
+
+            const cfg = readStackFile(path.join(dir, "stacks", `Pulumi.${stack}.yaml`));
+            expect(cfg.dns.allowlist).toEqual(p.allowlist);
+            const before = YAML.parse(original);
+            const after = YAML.parse(fs.readFileSync(path.join(dir, "stacks", `Pulumi.${stack}.yaml`), "utf8"));
+            before.config["airlock:dns"].allowlist = p.allowlist;
+            expect(after).toEqual(before);
+            const gate = await gateStack(path.join(dir, "stacks"), stack);
+            expect(gate.findings, stack).toEqual([]);
+            if (stack === "prod") {
+                // prod is in allowlist mode already: only what it lacks is proposed, and AdGuard would allow it.
+                expect(p.propose.map((u) => u.domain)).toEqual(["octo-user.github.io", "vendor-analytics.com"]);
+                expect(p.alreadyAllowed.map((u) => u.domain)).toEqual(["debian.org", "github.com", "npmjs.org", "objects.githubusercontent.com", "pypi.org", "pythonhosted.org"]);
+                expect(renderAdguardConfig(cfg)).toContain('"@@||octo-user.github.io^"');
+            }
+        }
+    }, 120_000);
+
+    it("the README's sample is what the CLI prints", () => {
+        const command = "airlock egress propose --stack dev --from test/fixtures/adguard/querylog.agent.json --client 100.100.7.1";
+        const dir = checkout();
+        fs.mkdirSync(path.join(dir, "test/fixtures/adguard"), { recursive: true });
+        fs.copyFileSync(AGENT_LOG, path.join(dir, "test/fixtures/adguard/querylog.agent.json"));
+        const result = airlock(command.split(" ").slice(1), { cwd: dir });
+        expect(result.stdout).toBe(readmeSample(command));
+        expect(fs.existsSync(path.join(dir, "out/dev/dns-allowlist.diff"))).toBe(true);
+    }, 60_000);
+
+    it("edits only the allowlist, in whatever shape the stack file has it, comments kept", () => {
+        const cases: [string, string, string][] = [
+            ["block list", "config:\n  airlock:dns:\n    allowlist:\n      - a.com # ours\n  # next\n  airlock:x: 1\n", "config:\n  airlock:dns:\n    allowlist:\n      - a.com # ours\n      - b.com\n  # next\n  airlock:x: 1\n"],
+            ["flow list", "config:\n  airlock:dns:\n    allowlist: [a.com]\n", "config:\n  airlock:dns:\n    allowlist: [a.com, b.com]\n"],
+            ["empty flow list", "config:\n  airlock:dns:\n    allowlist: []\n", "config:\n  airlock:dns:\n    allowlist: [b.com]\n"],
+            ["no allowlist", "config:\n  airlock:dns:\n    mode: observe\n  airlock:y: 2\n", "config:\n  airlock:dns:\n    mode: observe\n    allowlist:\n      - b.com\n  airlock:y: 2\n"],
+            ["flow dns", "config:\n  airlock:dns: {mode: observe}\n", "config:\n  airlock:dns: {mode: observe, allowlist: [b.com]}\n"],
+            ["no dns", "config:\n  airlock:prefix: x\n", "config:\n  airlock:prefix: x\n  airlock:dns:\n    allowlist:\n      - b.com\n"],
+            ["no final newline", "config:\n  airlock:dns:\n    allowlist:\n      - a.com", "config:\n  airlock:dns:\n    allowlist:\n      - a.com\n      - b.com\n"],
+        ];
+        for (const [what, before, after] of cases) expect(withAllowlist(before, "x.yaml", ["b.com"]), what).toBe(after);
+    });
+
+    it("a hostile query log cannot reach the diff or the terminal: odd names are skipped, text is escaped", () => {
+        const dir = checkout();
+        const log = path.join(dir, "querylog.json");
+        const line = (name: string) => JSON.stringify({ T: "2025-03-01T09:00:00.1+00:00", QH: name, QT: "A", IP: "100.100.7.1", Result: {} });
+        fs.writeFileSync(log, [line("evil.com\n    - attacker.com"), line("x\u001b[2K.example.com"), line("good.example.com")].join("\n"));
+        const result = airlock(["egress", "propose", "--stack", "dev", "--from", log], { cwd: dir });
+        expect(result.status).toBe(0);
+        expect(result.stdout).not.toMatch(/\x1b/);
+        expect(result.stdout).toContain("\\u{1b}");
+        const diff = fs.readFileSync(path.join(dir, "out/dev/dns-allowlist.diff"), "utf8");
+        expect(diff).not.toContain("attacker");
+        expect(diff.split("\n").filter((l) => l.startsWith("+      - "))).toEqual(["+      - example.com"]);
+    }, 60_000);
+});
