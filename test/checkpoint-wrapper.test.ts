@@ -4,6 +4,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { SANDBOX_WRAPPER_PATH } from "../components/render/hosts";
 import { installBrokerFiles, recordEntries, startBroker, talk, TestBroker } from "./helpers/broker";
+import { egressRulesFor, inEgressNamespace } from "./helpers/egress";
 import { editedStack, REPO, tempDir, renderHosts, renderedFile } from "./helpers/stacks";
 import { run, toolsAvailable } from "./helpers/tools";
 
@@ -21,6 +22,8 @@ afterAll(async () => {
 });
 
 const b64 = (text: string) => Buffer.from(text, "utf8").toString("base64");
+/** The container a recorded `docker exec` ran in: the argument after `-w /workspace`. */
+const containerOf = (args: string[] | undefined) => args?.[args.indexOf("/workspace") + 1];
 
 /** A stand-in engine: records its arguments; `fail` in its folder makes it refuse like the real one. */
 const STUB_ENGINE = `#!/bin/bash
@@ -55,8 +58,13 @@ async function installWrapper(stackEdit: (c: Record<string, any>) => void = () =
         fs.readFileSync(path.join(REPO, "test/fixtures/docker-exec-stub"), "utf8").replace("@STATE_DIR@", path.join(dir, "state")).replace("@WORKSPACE@", path.join(dir, "workspace")),
         { mode: 0o755 },
     );
-    const invoke = (command: string, env: Record<string, string> = {}) =>
-        run(wrapper, [], { env: { PATH: `${dir}/bin:/usr/bin:/bin`, SSH_ORIGINAL_COMMAND: command, SSH_CONNECTION: "100.100.7.2 40000 100.100.7.1 22", ...env } });
+    // The wrapper runs only where the sandbox's egress rules hold: a namespace of its own with them loaded.
+    const rules = path.join(dir, "egress.nft");
+    fs.writeFileSync(rules, egressRulesFor(sandbox, cfg.agent.uid, 0));
+    const invoke = (command: string, env: Record<string, string> = {}) => {
+        const [cmd, ...args] = inEgressNamespace(rules, [wrapper]);
+        return run(cmd, args, { env: { PATH: `${dir}/bin:/usr/sbin:/usr/bin:/sbin:/bin`, SSH_ORIGINAL_COMMAND: command, SSH_CONNECTION: "100.100.7.2 40000 100.100.7.1 22", ...env } });
+    };
     const calls = () => (fs.existsSync(path.join(dir, "engine-calls")) ? fs.readFileSync(path.join(dir, "engine-calls"), "utf8").trim().split("\n") : []);
     const dockerArgs = () => (fs.existsSync(path.join(dir, "state", "docker-args")) ? fs.readFileSync(path.join(dir, "state", "docker-args"), "utf8").trim().split("\n") : undefined);
     const reset = () => {
@@ -67,7 +75,7 @@ async function installWrapper(stackEdit: (c: Record<string, any>) => void = () =
     return { invoke, calls, dockerArgs, reset, record, dir, volume, socket: files.socket };
 }
 
-describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "systemd-socket-activate", "python3"]))("the airlock verbs through the wrapper and the broker", () => {
+describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "systemd-socket-activate", "python3", "unshare", "nft", "ip"]))("the airlock verbs through the wrapper and the broker", () => {
     it.each([
         ["airlock checkpoint", "create shared"],
         ["  airlock   checkpoint  ", "create shared"],
@@ -113,7 +121,7 @@ describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "sys
     );
 });
 
-describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "systemd-socket-activate", "python3"]))("automatic checkpoints in the wrapper", () => {
+describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "systemd-socket-activate", "python3", "unshare", "nft", "ip"]))("automatic checkpoints in the wrapper", () => {
     it("a destructive command gets a checkpoint first, named on its record, and says how to undo it", async () => {
         const { invoke, calls, dockerArgs, record } = await installWrapper();
         const result = invoke("mkdir -p app && rm -rf app/build");
@@ -162,14 +170,15 @@ describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "sys
     });
 });
 
-describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "systemd-socket-activate", "python3"]))("per-session mode in the wrapper", () => {
+describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "systemd-socket-activate", "python3", "unshare", "nft", "ip"]))("per-session mode in the wrapper", () => {
     const perSession = (c: Record<string, any>) => (c["airlock:sandbox"].sessions = "per-session");
 
     it("AIRLOCK_SESSION picks the session: its container runs the command, its workspace takes the verbs", async () => {
         const { invoke, calls, dockerArgs, reset } = await installWrapper(perSession);
         expect(invoke("echo built", { AIRLOCK_SESSION: "task-42" }).status).toBe(0);
         expect(calls()).toEqual(["session-ensure s-task-42"]);
-        expect(dockerArgs()?.slice(-4)).toEqual(["agent-s-task-42", "bash", "-lc", "echo built"]);
+        expect(containerOf(dockerArgs())).toBe("agent-s-task-42");
+        expect(dockerArgs()?.at(-1)).toBe("echo built");
         reset();
         expect(invoke("airlock restore last", { AIRLOCK_SESSION: "task-42" }).status).toBe(0);
         expect(calls()).toEqual(["session-ensure s-task-42", "restore s-task-42 --last"]);
@@ -180,7 +189,7 @@ describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "sys
         expect(invoke("echo built").status).toBe(0);
         const digest = run("bash", ["-c", "printf '%s' '100.100.7.2 40000 100.100.7.1 22' | sha256sum"]).stdout.slice(0, 12);
         expect(calls()).toEqual([`session-ensure c-${digest} --connection 100.100.7.2 40000 100.100.7.1 22`]);
-        expect(dockerArgs()?.slice(-4)).toEqual([`agent-c-${digest}`, "bash", "-lc", "echo built"]);
+        expect(containerOf(dockerArgs())).toBe(`agent-c-${digest}`);
     });
 
     it.each(["../etc", "Upper", "-lead", "a b", "x".repeat(32), "$(id)"])("AIRLOCK_SESSION=%s is refused and nothing runs", async (name) => {
@@ -196,7 +205,7 @@ describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "sys
         const { invoke, calls, dockerArgs } = await installWrapper();
         expect(invoke("echo built", { AIRLOCK_SESSION: "task-42" }).status).toBe(0);
         expect(calls()).toEqual([]);
-        expect(dockerArgs()?.slice(-4)).toEqual(["agent-sandbox-shell", "bash", "-lc", "echo built"]);
+        expect(containerOf(dockerArgs())).toBe("agent-sandbox-shell");
     });
 });
 

@@ -11,7 +11,7 @@ import { checkpointClient, recordEntries, TestBroker } from "./helpers/broker";
 import { CheckpointRig, startCheckpointRig } from "./helpers/checkpointRig";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
 import { editedStack, renderHosts, renderedFile, tempDir } from "./helpers/stacks";
-import { installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
+import { enforceEgress, installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -83,6 +83,7 @@ describe.runIf(canRun)("the undo button through ssh", () => {
             expect(run("useradd", ["--create-home", "--shell", "/bin/bash", AGENT]).status).toBe(0);
             createdUser = true;
         }
+        const uid = Number(run("id", ["-u", AGENT]).stdout.trim());
         clientDir = tempDir("undo-client");
         clientKey = path.join(clientDir, "id_ed25519");
         expect(run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", clientKey]).status).toBe(0);
@@ -92,6 +93,7 @@ describe.runIf(canRun)("the undo button through ssh", () => {
             configs[mode] = readStackFile(
                 editedStack("dev", (c) => {
                     c["airlock:agent"].user = AGENT;
+                    c["airlock:agent"].uid = uid;
                     c["airlock:agent"].authorizedKeys = [clientPublicKey];
                     c["airlock:sandbox"].sessions = mode;
                     c["airlock:workloads"].postgres = { enabled: false };
@@ -105,6 +107,8 @@ describe.runIf(canRun)("the undo button through ssh", () => {
         // The sandbox's files in a root-owned tree (sshd's StrictModes); per-session sshd: it accepts AIRLOCK_SESSION.
         root = fs.mkdtempSync("/run/airlock-undo-");
         const hostPublicKey = installSandboxSshd(sandboxes["per-session"]!, root);
+        // The wrapper runs nothing unless the sandbox's egress rules hold for the agent.
+        enforceEgress(net.server, sandboxes["per-session"]!, uid, "198.18.7.2");
 
         // The volume, the agent's Docker and the engine; the broker runs that engine.
         rig = await startCheckpointRig(cfg, sandboxes["per-session"]!, 3 * GiB);
