@@ -5,7 +5,8 @@ import { readStackFile } from "../components/config/load";
 import { SANDBOX_WRAPPER_PATH } from "../components/render/hosts";
 import { installBrokerFiles, recordEntries, startBroker, talk, TestBroker } from "./helpers/broker";
 import { egressRulesFor, inEgressNamespace } from "./helpers/egress";
-import { editedStack, REPO, tempDir, renderHosts, renderedFile } from "./helpers/stacks";
+import * as YAML from "yaml";
+import { editedStack, REPO, tempDir, renderHosts, renderedFile, stackFile } from "./helpers/stacks";
 import { run, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -97,6 +98,29 @@ describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "sys
         expect(result.status).toBe(0);
         expect(calls()).toEqual([expected]);
         expect(dockerArgs()).toBeUndefined();
+    });
+
+    it("the commands the agent's terminal config documents are exactly verbs the wrapper recognises", async () => {
+        const { invoke, calls, dockerArgs, reset } = await installWrapper();
+        const terminal = YAML.parse(renderedFile(renderHosts(readStackFile(stackFile("dev"))).gateway, "/etc/airlock/agent/terminal.yaml")).terminal;
+        expect(terminal.sessions).toBe("shared");
+        const { automatic, ...commands } = terminal.undo as Record<string, string | boolean>;
+        expect(automatic).toBe(true);
+        const expected: Record<string, string> = {
+            checkpoint: `create shared --label-b64 ${b64("before migration")}`,
+            checkpoints: "list shared --json",
+            restore: "restore shared --id 12",
+            restore_label: `restore shared --label-b64 ${b64("before migration")}`,
+            restore_last: "restore shared --last",
+        };
+        expect(Object.keys(commands).sort()).toEqual(Object.keys(expected).sort());
+        for (const [name, template] of Object.entries(commands)) {
+            reset();
+            const command = String(template).replace("{label}", "before migration").replace("{id}", "12");
+            expect(invoke(command).status, command).toBe(0);
+            expect(calls(), command).toEqual([expected[name]]);
+            expect(dockerArgs(), command).toBeUndefined();
+        }
     });
 
     it("prints the engine's answer, and its refusal with exit 1", async () => {

@@ -14,6 +14,8 @@ import { CHECKPOINT_CLIENT_PATH } from "../../components/render/checkpoints";
 import { SANDBOX_WRAPPER_PATH } from "../../components/render/hosts";
 import { checkpointClient, installBrokerFiles, startBroker } from "../../test/helpers/broker";
 import { startCheckpointRig } from "../../test/helpers/checkpointRig";
+import { createTestNet } from "../../test/helpers/netns";
+import { enforceEgress } from "../../test/helpers/sshdRig";
 import { editedStack, renderHosts, renderedFile } from "../../test/helpers/stacks";
 import { hasCommand, isRoot, run } from "../../test/helpers/tools";
 import { series, Series } from "./command";
@@ -90,10 +92,12 @@ export async function checkpointCost(log: (line: string) => void): Promise<Check
             cleanup.push(() => run("userdel", ["--remove", USER]));
         }
         cleanup.push(() => run("pkill", ["--uid", USER]));
+        const uid = Number(run("id", ["-u", USER]).stdout.trim());
         const stackFor = (sessions: string, auto: boolean) =>
             readStackFile(
                 editedStack("dev", (c) => {
                     c["airlock:agent"].user = USER;
+                    c["airlock:agent"].uid = uid;
                     c["airlock:sandbox"].sessions = sessions;
                     c["airlock:sandbox"].checkpoints = { auto };
                     c["airlock:workloads"].postgres = { enabled: false };
@@ -128,8 +132,12 @@ export async function checkpointCost(log: (line: string) => void): Promise<Check
             sizes.push({ ...size, files, checkpoint, restore, snapshot });
         }
 
-        // The wrapper as sshd runs it (no ssh: that cost is in the command series), with the broker and the real engine.
+        // The wrapper as sshd runs it (no ssh: that cost is in the command series), with the broker and the
+        // real engine, in a namespace where the sandbox's egress rules hold (else it refuses to run anything).
         log("one command through the wrapper: plain, in a warm session, in a new session...");
+        const net = createTestNet(`${process.pid % 1000}k`);
+        cleanup.push(() => net.close());
+        enforceEgress(net.server, renderHosts(cfg).sandbox, uid, "198.18.7.2");
         const wrappers: Record<string, string> = {};
         for (const [name, stack] of [["plain", stackFor("shared", true)], ["plainNoAuto", stackFor("shared", false)], ["session", cfg]] as const) {
             const dir = fs.mkdtempSync(`/run/airlock-bench-ck-${name}-`);
@@ -144,7 +152,7 @@ export async function checkpointCost(log: (line: string) => void): Promise<Check
             wrappers[name] = path.join(dir, SANDBOX_WRAPPER_PATH);
         }
         const wrapper = (which: string, env: Record<string, string> = {}) =>
-            run("runuser", ["-u", USER, "--", "env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "SSH_ORIGINAL_COMMAND=true", "SSH_CONNECTION=100.100.7.2 40000 100.100.7.1 22", ...Object.entries(env).map(([k, v]) => `${k}=${v}`), wrappers[which]], { timeout: 120_000 });
+            run("ip", ["netns", "exec", net.server, "runuser", "-u", USER, "--", "env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "SSH_ORIGINAL_COMMAND=true", "SSH_CONNECTION=100.100.7.2 40000 100.100.7.1 22", ...Object.entries(env).map(([k, v]) => `${k}=${v}`), wrappers[which]], { timeout: 120_000 });
         const none = () => {};
         const plain = timed("plain command (shared, automatic checkpoints on)", 40, () => wrapper("plain"), none, log);
         const plainNoAuto = timed("plain command (shared, automatic checkpoints off)", 40, () => wrapper("plainNoAuto"), none, log);

@@ -13,7 +13,7 @@ import { renderSandboxCompose } from "../../components/workloads/compose";
 import { importTestImage, startDockerd } from "../../test/helpers/dockerd";
 import { createTestNet, spawnInNamespace, waitForPort, inNamespace } from "../../test/helpers/netns";
 import { editedStack, renderHosts, renderedFile } from "../../test/helpers/stacks";
-import { installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "../../test/helpers/sshdRig";
+import { enforceEgress, installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "../../test/helpers/sshdRig";
 import { hasCommand, isRoot, run } from "../../test/helpers/tools";
 
 export interface Series {
@@ -98,6 +98,7 @@ export async function commandCost(runs: number, secondsPerSeries: number, log: (
         const cfg = readStackFile(
             editedStack("dev", (c) => {
                 c["airlock:agent"].user = USER;
+                c["airlock:agent"].uid = Number(uid);
                 c["airlock:agent"].authorizedKeys = [fs.readFileSync(`${clientKey}.pub`, "utf8").trim()];
                 c["airlock:workloads"].browser = { enabled: false };
             }),
@@ -117,6 +118,8 @@ export async function commandCost(runs: number, secondsPerSeries: number, log: (
         const root = fs.mkdtempSync("/run/airlock-bench-");
         cleanup.push(() => fs.rmSync(root, { recursive: true, force: true }));
         const hostPublicKey = installSandboxSshd(hosts.sandbox, root);
+        // The wrapper runs nothing unless the sandbox's egress rules hold for the agent.
+        enforceEgress(net.server, hosts.sandbox, Number(uid), "198.18.7.2");
         // Every command goes on the record through the root broker, as on the sandbox.
         const broker = await startSandboxBroker(root, USER);
         cleanup.push(() => broker.stop());
@@ -144,7 +147,7 @@ export async function commandCost(runs: number, secondsPerSeries: number, log: (
         debugLog = () => fs.readFileSync(path.join(clientDir, "sshd.log"), "utf8").split("\n").slice(-15).join("\n");
         log(`measuring (up to ${runs} runs or ${secondsPerSeries} s per series)...`);
         const floor = measure("bare docker exec", [], "docker exec -i -w /workspace agent-sandbox-shell bash -lc true", runs, secondsPerSeries, dockerd.env, log);
-        const wrapperOnly = measure("wrapper (no ssh)", ["runuser", "-u", USER, "--"], `SSH_ORIGINAL_COMMAND=true ${wrapper}`, runs, secondsPerSeries, { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" }, log);
+        const wrapperOnly = measure("wrapper (no ssh)", ["ip", "netns", "exec", net.server, "runuser", "-u", USER, "--"], `SSH_ORIGINAL_COMMAND=true ${wrapper}`, runs, secondsPerSeries, { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" }, log);
         const sshCold = measure("ssh, new connection each", inClient, sshArgs("-o ControlPath=none"), runs, secondsPerSeries, clientEnv, log);
         inNamespace(net.client, ["bash", "-c", sshArgs("")], { env: clientEnv }); // opens the ControlMaster
         const sshMultiplexed = measure("ssh, multiplexed (ControlMaster)", inClient, sshArgs(""), runs, secondsPerSeries, clientEnv, log);

@@ -246,6 +246,8 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
             sandboxHost: cfg.hostnames.sandbox,
             agentUser: user,
             envPassthrough: JSON.stringify(cfg.agent.envAllowlist),
+            autoCheckpoint: String(cfg.sandbox.checkpoints.auto),
+            sessions: cfg.sandbox.sessions.mode,
         }),
         script("/usr/local/sbin/airlock-gateway-agent-key", "scripts/gateway-agent-key", { agentUser: user }),
         { path: "/etc/airlock/adguard/AdGuardHome.yaml", content: renderAdguardConfig(cfg), permissions: "0644" },
