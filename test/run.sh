@@ -23,6 +23,7 @@ readonly PACKAGES=(
 	bubblewrap jq                 # the drill's confinement; its snapshot lists
 	python3 pyflakes3 socat       # the root broker and the audit tool (python3), their lint; the wrapper's broker client
 	dnsmasq-base bind9-dnsutils   # the allowlist resolver stand-in and its fake upstream; dig
+	btrfs-progs e2fsprogs git     # checkpoints: btrfs on a loop device, ext4 for the migration path; git in the test shell image
 )
 
 if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
