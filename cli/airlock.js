@@ -3,10 +3,11 @@
 /**
  * The `airlock` command (package.json "bin"; `npm run airlock` runs it too).
  * It runs the compiled CLI in dist/ - plain JavaScript, no compiler at start, so
- * `airlock check FILE` fits in an editor or a pre-commit hook - when that build is
- * at least as new as every source file. Otherwise (a source edited since `npm ci`
- * or `npm run build`) it runs the TypeScript sources through tsx: slower to start,
- * never stale.
+ * `airlock check FILE` fits in an editor or a pre-commit hook. In a git checkout it
+ * does so only when that build is at least as new as every source file; otherwise
+ * (a source edited since `npm ci` or `npm run build`) it runs the TypeScript sources
+ * through tsx: slower to start, never stale. An installed package (no .git; file
+ * times are those of its unpacking) runs the dist/ it was packed with.
  */
 const fs = require("node:fs");
 const path = require("node:path");
@@ -40,7 +41,8 @@ function builtAt() {
     }
 }
 
-if (process.env.AIRLOCK_FROM_SOURCE !== "1" && builtAt() >= newestSource()) {
+const checkout = fs.existsSync(path.join(ROOT, ".git"));
+if (process.env.AIRLOCK_FROM_SOURCE !== "1" && builtAt() >= (checkout ? newestSource() : 0)) {
     require(path.join(ROOT, "dist", "cli", "main.js"));
 } else {
     try {

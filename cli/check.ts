@@ -2,14 +2,21 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import * as YAML from "yaml";
 import { ConfigError } from "../policies/contract";
+import { found } from "../policies/engine/describeIssue";
 import type { Finding } from "../policies/engine/finding";
-import { ArtifactKind, judgeCloudInit, judgeCompose, judgeResources, judgeSshd } from "../policies/engine/judge";
+import { ArtifactKind, judgeCloudInit, judgeCompose, judgeResources, judgeSshd, parseRuleOf } from "../policies/engine/judge";
 import type { PlannedResourceLike } from "../policies/engine/resource";
 import { enforce, loadPolicy, Policy } from "../policies/policy";
 
 /** `airlock check` and `gate --preview`: judging files, without Pulumi (fast start). */
 
-/** Resources from `pulumi preview --json` (steps[].newState) or `pulumi stack export` (deployment.resources). */
+/** Steps without a new state: the resource goes away, nothing is left to judge. */
+const REMOVALS = new Set(["delete", "discard", "remove-pending-replace", "read-discard", "delete-replaced"]);
+
+/**
+ * Resources from `pulumi preview --json` (steps[].newState) or `pulumi stack export`
+ * (deployment.resources). Anything of another shape is bad input naming the key path.
+ */
 export function resourcesOfPreview(file: string, text: string): PlannedResourceLike[] {
     let doc: any;
     try {
@@ -17,40 +24,83 @@ export function resourcesOfPreview(file: string, text: string): PlannedResourceL
     } catch (err) {
         throw new ConfigError([`${file}: not JSON: ${(err as Error).message}`]);
     }
-    const states: any[] = Array.isArray(doc?.steps)
-        ? doc.steps.map((s: any) => s?.newState).filter(Boolean)
-        : Array.isArray(doc?.deployment?.resources)
-          ? doc.deployment.resources
-          : Array.isArray(doc?.resources)
-            ? doc.resources
-            : (() => {
-                  throw new ConfigError([`${file}: steps: expected the output of \`pulumi preview --json\` or \`pulumi stack export\``]);
-              })();
-    return states.map((s, i) => {
-        if (typeof s?.urn !== "string" || typeof s?.type !== "string") throw new ConfigError([`${file}: steps[${i}].newState: expected urn and type`]);
-        return { urn: s.urn, type: s.type, name: s.urn.split("::").pop(), parent: s.parent, inputs: s.inputs ?? {} };
+    const bad = (at: string, what: string, value: unknown) => new ConfigError([`${file}: ${at}: expected ${what}, got ${found(value)}`]);
+    const isObject = (v: unknown): v is Record<string, any> => v !== null && typeof v === "object" && !Array.isArray(v);
+    if (!isObject(doc)) throw bad("(top level)", "the output of `pulumi preview --json` or `pulumi stack export`", doc);
+    let states: [string, unknown][];
+    if ("steps" in doc) {
+        if (!Array.isArray(doc.steps)) throw bad("steps", "a list", doc.steps);
+        states = doc.steps.flatMap((step: unknown, i: number): [string, unknown][] => {
+            if (!isObject(step)) throw bad(`steps[${i}]`, "an object", step);
+            if (step.newState === undefined && REMOVALS.has(String(step.op))) return [];
+            return [[`steps[${i}].newState`, step.newState]];
+        });
+    } else {
+        const [at, list] = isObject(doc.deployment) ? ["deployment.resources", doc.deployment.resources] : ["resources", doc.resources];
+        if (!Array.isArray(list)) throw bad(at === "resources" && !("resources" in doc) ? "steps" : at, "the output of `pulumi preview --json` (steps) or `pulumi stack export` (deployment.resources)", list);
+        states = list.map((state: unknown, i: number) => [`${at}[${i}]`, state]);
+    }
+    return states.map(([at, s]) => {
+        if (!isObject(s)) throw bad(at, "an object", s);
+        if (typeof s.urn !== "string") throw bad(`${at}.urn`, "a string", s.urn);
+        if (typeof s.type !== "string") throw bad(`${at}.type`, "a string", s.type);
+        if (s.inputs !== undefined && !isObject(s.inputs)) throw bad(`${at}.inputs`, "an object", s.inputs);
+        return { urn: s.urn, type: s.type, name: s.urn.split("::").pop()!, parent: typeof s.parent === "string" ? s.parent : undefined, inputs: s.inputs ?? {} };
     });
 }
 
 export type CheckKind = ArtifactKind | "preview";
 
+/** Names `airlock plan` writes, and the usual names people give these files (`.in` = a template filled at boot). */
+const NAMES: [RegExp, CheckKind][] = [
+    [/(^|[._-])sshd_config([._-][\w.-]*)?$/, "sshd"],
+    [/(^|[._-])compose([._-][\w.-]*)?\.ya?ml$/, "compose"],
+    [/^(user[-_]?data|cloud[-_]?(init|config)([._-][\w.-]*)?\.(ya?ml|cfg))$/, "cloud-init"],
+    [/\.json$/, "preview"],
+];
+
 /** What a file is, from its name and content; undefined when it cannot tell. */
 export function detectKind(file: string, text: string): CheckKind | undefined {
-    const base = path.basename(file).toLowerCase();
     if (/^#cloud-config\b/.test(text)) return "cloud-init";
-    if (base.endsWith(".json")) return "preview";
-    if (/sshd_config|\.sshd_config$/.test(base)) return "sshd";
-    if (/^(docker-)?compose.*\.ya?ml$/.test(base)) return "compose";
-    if (/\.ya?ml$/.test(base)) {
-        try {
-            const doc = YAML.parse(text);
-            if (doc && typeof doc === "object" && doc.services && typeof doc.services === "object") return "compose";
-        } catch {
-            return undefined;
-        }
-    }
+    const base = path.basename(file).toLowerCase().replace(/\.in$/, "");
+    if (isSshdFragment(file)) return "sshd";
+    for (const [name, kind] of NAMES) if (name.test(base)) return kind;
+    // A `services:` mapping, read without expanding aliases (an alias bomb is refused later, by the judge).
+    if (/\.ya?ml$/.test(base) && YAML.isMap(YAML.parseDocument(text).get("services", true))) return "compose";
     if (/^\s*(ListenAddress|PermitRootLogin|PasswordAuthentication|ForceCommand|AcceptEnv|Match)\s/im.test(text)) return "sshd";
     return undefined;
+}
+
+/** A drop-in under sshd_config.d/: judged as a fragment of a config. */
+const isSshdFragment = (file: string) => /(^|\/)sshd_config\.d\/[^/]+\.conf$/.test(file.replace(/\\/g, "/"));
+
+/** The most a file may hold before it is refused (exit 2) rather than exhausting memory; see BENCHMARKS.md. */
+export const MAX_INPUT_BYTES: Record<CheckKind, number> = {
+    compose: 4 * 2 ** 20,
+    "cloud-init": 4 * 2 ** 20,
+    sshd: 4 * 2 ** 20,
+    preview: 32 * 2 ** 20,
+};
+
+/** A file's text, refusing what cannot be read or is too large, without a UTF-8 byte-order mark. */
+export function readInput(file: string, kind: CheckKind | undefined): string {
+    let size: number;
+    try {
+        const stat = fs.statSync(file);
+        if (stat.isDirectory()) throw Object.assign(new Error(), { code: "EISDIR" });
+        size = stat.size;
+    } catch (err) {
+        throw new ConfigError([`${file}: cannot read: ${(err as NodeJS.ErrnoException).code ?? String(err)}`]);
+    }
+    const cap = kind ? MAX_INPUT_BYTES[kind] : Math.max(...Object.values(MAX_INPUT_BYTES));
+    if (size > cap) throw new ConfigError([`${file}: ${size} bytes is more than the ${cap / 2 ** 20} MiB airlock judges${kind ? ` for ${kind}` : ""}; refusing it`]);
+    let text: string;
+    try {
+        text = fs.readFileSync(file, "utf8");
+    } catch (err) {
+        throw new ConfigError([`${file}: cannot read: ${(err as NodeJS.ErrnoException).code ?? String(err)}`]);
+    }
+    return text.replace(/^\uFEFF/, "");
 }
 
 export function checkFile(file: string, kind: CheckKind | undefined, policy: Policy = loadPolicy()): Finding[] {
@@ -58,23 +108,59 @@ export function checkFile(file: string, kind: CheckKind | undefined, policy: Pol
 }
 
 function judgeFile(file: string, kind: CheckKind | undefined, ctx: Policy["context"]): Finding[] {
-    let text: string;
-    try {
-        text = fs.readFileSync(file, "utf8");
-    } catch (err) {
-        throw new ConfigError([`${file}: cannot read: ${(err as NodeJS.ErrnoException).code ?? String(err)}`]);
-    }
+    let text = readInput(file, kind);
     const resolved = kind ?? detectKind(file, text);
+    if (resolved === undefined) throw new ConfigError([`${file}: cannot tell whether this is compose, sshd, cloud-init or a preview; pass --kind`]);
+    if (kind === undefined) text = readInput(file, resolved); // now the kind's own limit applies
+    if (text.trim() === "") return [emptyFinding(resolved, file)];
     switch (resolved) {
         case "compose":
             return judgeCompose(text, ctx, { file });
         case "sshd":
-            return judgeSshd(text, ctx, { file });
+            return judgeSshd(text, ctx, { file }, isSshdFragment(file));
         case "cloud-init":
             return judgeCloudInit(text, ctx, { file });
-        case "preview":
-            return judgeResources(resourcesOfPreview(file, text), ctx).map((f) => ({ ...f, file: f.file ? `${file} ${f.file}` : file }));
-        default:
-            throw new ConfigError([`${file}: cannot tell whether this is compose, sshd, cloud-init or a preview; pass --kind`]);
+        case "preview": {
+            const resources = resourcesOfPreview(file, text);
+            if (resources.length === 0) return [{ ...emptyFinding("preview", file), message: `unverifiable: ${file} holds no resources` }];
+            return locateInPreview(judgeResources(resources, ctx), file, text);
+        }
     }
+}
+
+/** Nothing to judge is never clean. */
+function emptyFinding(kind: CheckKind, file: string): Finding {
+    const rule = parseRuleOf(kind);
+    return {
+        rule: rule.id,
+        remediation: rule.remediation,
+        file,
+        line: 1,
+        message: `unverifiable: ${file} is empty`,
+        unverifiable: true,
+        fix: "An empty file has nothing to judge: check the path (and --kind), or give it its content.",
+    };
+}
+
+/** The line of each resource's URN in a preview or stack export (pretty-printed JSON: one per line). */
+export function resourceLines(text: string): Map<string, number> {
+    const lines = new Map<string, number>();
+    text.split("\n").forEach((line, i) => {
+        for (const m of line.matchAll(/"urn"\s*:\s*"((?:[^"\\]|\\.)*)"/g)) if (!lines.has(m[1])) lines.set(m[1], i + 1);
+    });
+    return lines;
+}
+
+/**
+ * Findings on a preview's resources, located in the preview file: `file:line` of the
+ * resource, the URN, then the artifact inside it (a Stash's cloud-init.yaml and the
+ * file it embeds).
+ */
+export function locateInPreview(findings: Finding[], file: string, text: string): Finding[] {
+    const lines = resourceLines(text);
+    return findings.map((f) => {
+        const urn = f.resource ?? (f.where?.startsWith("urn:") ? f.where : undefined);
+        const within = [...(f.file ? [{ file: f.file, ...(f.line ? { line: f.line } : {}) }] : []), ...(f.within ?? [])];
+        return { ...f, file, line: (urn && lines.get(urn)) || 1, ...(within.length > 0 ? { within } : {}) };
+    });
 }

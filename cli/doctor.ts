@@ -1,6 +1,8 @@
 import { spawnSync } from "node:child_process";
 import * as fs from "node:fs";
+import * as path from "node:path";
 import * as YAML from "yaml";
+import { readStackFile } from "../components/config/load";
 
 /**
  * Is this machine ready for a real deployment? Each check says what it found and,
@@ -38,9 +40,21 @@ function stackKeys(stackFile: string | undefined): Map<string, "secret" | "plain
 const present = (env: Env, name: string) => typeof env[name] === "string" && env[name]!.length > 0;
 
 export function runDoctor(env: Env, stackFile?: string, stack?: string): DoctorCheck[] {
-    const keys = stackKeys(stackFile);
     const checks: DoctorCheck[] = [];
     const forStack = stack ? ` --stack ${stack}` : "";
+    if (stackFile) {
+        const exists = fs.existsSync(stackFile);
+        // A broken stack file is bad input, reported exactly as `airlock plan` reports it (exit 2).
+        if (exists) readStackFile(stackFile);
+        checks.push({
+            name: "stack file",
+            ok: exists,
+            required: true,
+            detail: exists ? `${stackFile} is valid` : `${stackFile} does not exist`,
+            fix: `airlock fork ${stack ?? "<name>"} --from dev, or pass --stack with one of the stacks in ${path.dirname(stackFile)}`,
+        });
+    }
+    const keys = stackKeys(stackFile);
 
     const pulumi = tool("pulumi", ["version"], env);
     checks.push({

@@ -94,6 +94,16 @@ export async function forkStack(options: ForkOptions): Promise<ForkResult> {
         const first = doc.contents.items[0]?.key;
         if (YAML.isNode(first)) first.commentBefore = undefined;
     }
+    // Comments that name the source stack describe it; in the fork they name the customer.
+    const sourceName = new RegExp(`(?<![\\w./-])(airlock-)?${from.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}(?![\\w/-])`, "g");
+    const rename = (comment: string | null | undefined) => comment?.replace(sourceName, (_, prefix: string | undefined) => `${prefix ?? ""}${customer}`);
+    YAML.visit(doc, {
+        Node(_, node) {
+            node.commentBefore = rename(node.commentBefore);
+            node.comment = rename(node.comment);
+        },
+    });
+    doc.comment = rename(doc.comment) ?? null;
     const text = doc.toString({ lineWidth: 0 });
 
     parseStackConfig(ownKeys(YAML.parse(text).config), target);

@@ -34,6 +34,14 @@ function internalError(err: unknown): number {
     return EXIT.internal;
 }
 
+// `airlock check ... | head`: a reader that stops early is not an error.
+for (const stream of [process.stdout, process.stderr]) {
+    stream.on("error", (err: NodeJS.ErrnoException) => {
+        if (err.code === "EPIPE") process.exit(typeof process.exitCode === "number" ? process.exitCode : EXIT.clean);
+        throw err;
+    });
+}
+
 // A failure inside a Pulumi output surfaces as a rejection nobody awaits: still one line, exit 3.
 process.on("unhandledRejection", (err) => process.exit(internalError(err)));
 

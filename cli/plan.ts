@@ -1,8 +1,10 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { artifactsOf, STASH_TYPE } from "../policies/contract";
+import { artifactsOf, ConfigError, STASH_TYPE } from "../policies/contract";
 import { parseCloudInit } from "../policies/engine/cloudInit";
 import * as YAML from "yaml";
+import type { Finding } from "../policies/engine/finding";
+import { resourceLines } from "./check";
 import { OFFLINE_DIGEST, PlannedResource, StackPlan } from "./offline";
 
 /** `pulumi preview --json`, the parts airlock reads and writes. */
@@ -24,6 +26,38 @@ export function toPreviewJson(plan: StackPlan): PreviewJson {
     };
 }
 
+/** preview.json's text, exactly as `writePlan` writes it. */
+export function previewText(plan: StackPlan): string {
+    return `${JSON.stringify(toPreviewJson(plan), null, 2)}\n`;
+}
+
+/**
+ * Findings located in the files `airlock plan` writes under `outDir`: an artifact's
+ * finding at its own file and line (out/dev/sandbox/etc/airlock/compose.yml.in:12),
+ * a resource's at its line in preview.json; the URN follows.
+ */
+export function locateInPlan(findings: Finding[], plan: StackPlan, outDir: string): Finding[] {
+    if (findings.length === 0) return findings;
+    const folders = new Map(plan.resources.filter((r) => r.type === STASH_TYPE && collectArtifacts(plan).has(folderOf(plan, r))).map((r) => [r.urn, folderOf(plan, r)]));
+    const lines = resourceLines(previewText(plan));
+    return findings.map((f) => {
+        const urn = f.resource ?? (f.where?.startsWith("urn:") ? f.where : undefined);
+        // A finding on a real file already (the stack file) stays where it is.
+        if (!urn && f.file) return f;
+        const folder = urn ? folders.get(urn) : undefined;
+        if (folder && f.file) {
+            const deepest = f.within?.[f.within.length - 1];
+            const { within: _, ...rest } = f;
+            return { ...rest, file: path.join(outDir, folder, (deepest?.file ?? f.file).replace(/^\//, "")), line: deepest ? deepest.line : f.line };
+        }
+        const within = [...(f.file ? [{ file: f.file, ...(f.line ? { line: f.line } : {}) }] : []), ...(f.within ?? [])];
+        return { ...f, file: path.join(outDir, "preview.json"), line: (urn && lines.get(urn)) || 1, ...(within.length > 0 ? { within } : {}) };
+    });
+}
+
+/** "airlock-dev-sandbox-artifacts" -> "sandbox": a Stash's folder under out/<stack>/. */
+const folderOf = (plan: StackPlan, r: PlannedResource) => r.name.replace(new RegExp(`^${plan.config.prefix}-`), "").replace(/-artifacts$/, "");
+
 // A plan's resources never change once planned: collect its artifacts once.
 const collected = new WeakMap<StackPlan, Map<string, Record<string, string>>>();
 
@@ -38,8 +72,7 @@ export function collectArtifacts(plan: StackPlan): Map<string, Record<string, st
     for (const r of plan.resources) {
         const artifacts = r.type === STASH_TYPE ? artifactsOf(r.inputs) : undefined;
         if (!artifacts) continue;
-        // "airlock-dev-sandbox-artifacts" -> "sandbox"
-        const folder = r.name.replace(new RegExp(`^${plan.config.prefix}-`), "").replace(/-artifacts$/, "");
+        const folder = folderOf(plan, r);
         const files = { ...artifacts };
         if (artifacts["cloud-init.yaml"] !== undefined) {
             for (const file of parseCloudInit(artifacts["cloud-init.yaml"]).files) files[file.path.replace(/^\//, "")] = file.content;
@@ -50,13 +83,77 @@ export function collectArtifacts(plan: StackPlan): Map<string, Record<string, st
     return folders;
 }
 
+/** Marks a folder as airlock plan output: only such a folder is ever replaced. */
+export const PLAN_MARKER = ".airlock-plan";
+/** What a plan writes at its top level (also in plans from before the marker existed). */
+const PLAN_ENTRIES = new Set([PLAN_MARKER, "preview.json", "gateway", "sandbox", "tailnet"]);
+
+const failure = (err: unknown) => (err as NodeJS.ErrnoException).code ?? String(err);
+
+/** Whether `dir` (an existing directory) may be replaced: empty, or a previous plan's output. */
+function isReplaceable(dir: string): boolean {
+    const entries = fs.readdirSync(dir);
+    if (entries.length === 0 || entries.includes(PLAN_MARKER)) return true;
+    if (!entries.every((e) => PLAN_ENTRIES.has(e)) || !entries.includes("preview.json")) return false;
+    try {
+        return Array.isArray(JSON.parse(fs.readFileSync(path.join(dir, "preview.json"), "utf8")).steps);
+    } catch {
+        return false;
+    }
+}
+
+/**
+ * Creates `dir` and its missing parents one level at a time (Node's recursive mkdir
+ * never returns on some pseudo-filesystems, such as /proc).
+ */
+function createDirectory(dir: string): void {
+    const missing: string[] = [];
+    for (let at = path.resolve(dir); !fs.existsSync(at); at = path.dirname(at)) missing.unshift(at);
+    for (const level of missing) {
+        try {
+            fs.mkdirSync(level);
+        } catch (err) {
+            throw new ConfigError([`${dir}: cannot create ${level}: ${failure(err)}`]);
+        }
+    }
+}
+
+/**
+ * Checks, before anything is planned, that `outDir` may receive a plan: it does not
+ * exist, is empty, or holds a previous plan; a file, a symbolic link or someone
+ * else's folder is refused (exit 2), and a parent that cannot be created fails now.
+ * Returns the existing folder's stats, if any.
+ */
+export function usableOutDir(outDir: string): fs.Stats | undefined {
+    let existing: fs.Stats | undefined;
+    try {
+        existing = fs.lstatSync(outDir);
+    } catch (err) {
+        if (failure(err) !== "ENOENT") throw new ConfigError([`${outDir}: cannot use as the plan's output folder: ${failure(err)}`]);
+    }
+    if (existing?.isSymbolicLink()) throw new ConfigError([`${outDir}: is a symbolic link; pass the folder it points to, or a new folder`]);
+    if (existing && !existing.isDirectory()) throw new ConfigError([`${outDir}: exists and is not a folder; refusing to replace it with the plan`]);
+    if (existing && !isReplaceable(outDir)) {
+        throw new ConfigError([`${outDir}: is not empty and is not an airlock plan output (no ${PLAN_MARKER}); refusing to replace it - pass a new or empty folder`]);
+    }
+    createDirectory(path.dirname(path.resolve(outDir)));
+    return existing;
+}
+
 /**
  * Writes preview.json and every artifact to `outDir`, atomically: a complete new
- * directory replaces the old one, so a failed run never leaves half a plan.
+ * directory replaces the old one, so a failed run never leaves half a plan. It never
+ * deletes what it did not write: see usableOutDir.
  */
 export function writePlan(plan: StackPlan, outDir: string): string[] {
-    const staging = `${outDir}.tmp-${process.pid}`;
-    fs.rmSync(staging, { recursive: true, force: true });
+    const existing = usableOutDir(outDir);
+    const parent = path.dirname(path.resolve(outDir));
+    let staging: string;
+    try {
+        staging = fs.mkdtempSync(path.join(parent, `.${path.basename(outDir)}.airlock-plan-`));
+    } catch (err) {
+        throw new ConfigError([`${outDir}: cannot write in ${parent}: ${failure(err)}`]);
+    }
     const written: string[] = [];
     const write = (relative: string, content: string) => {
         const file = path.join(staging, relative);
@@ -64,18 +161,21 @@ export function writePlan(plan: StackPlan, outDir: string): string[] {
         fs.writeFileSync(file, content);
         written.push(relative);
     };
+    const previous = `${staging}-previous`;
     try {
-        write("preview.json", `${JSON.stringify(toPreviewJson(plan), null, 2)}\n`);
+        fs.writeFileSync(path.join(staging, PLAN_MARKER), `written by airlock plan --stack ${plan.stack}; the next plan replaces this whole folder\n`);
+        write("preview.json", previewText(plan));
         for (const [folder, artifacts] of collectArtifacts(plan)) {
             for (const relative of Object.keys(artifacts).sort()) write(path.join(folder, relative), artifacts[relative]);
         }
-        fs.rmSync(outDir, { recursive: true, force: true });
-        fs.mkdirSync(path.dirname(outDir), { recursive: true });
+        if (existing) fs.renameSync(outDir, previous);
         fs.renameSync(staging, outDir);
     } catch (err) {
+        if (existing && !fs.existsSync(outDir) && fs.existsSync(previous)) fs.renameSync(previous, outDir);
         fs.rmSync(staging, { recursive: true, force: true });
         throw err;
     }
+    fs.rmSync(previous, { recursive: true, force: true });
     return written.sort();
 }
 

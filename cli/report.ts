@@ -1,3 +1,6 @@
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { Command, Option } from "commander";
 import type { Finding } from "../policies/engine/finding";
 import { formatFinding } from "../policies/engine/format";
 import { failing, loadPolicy, Policy } from "../policies/policy";
@@ -8,13 +11,46 @@ export function policyOf(cli: Cli): Policy {
     return cli.policyFile === undefined ? loadPolicy() : loadPolicy(cli.policyFile);
 }
 
-/** Prints findings for humans or machines; returns the exit code (advisory findings do not fail). */
-export function report(findings: Finding[], json: boolean | undefined, extra: Record<string, unknown> = {}): number {
+export type Format = "text" | "json" | "sarif";
+
+/** `--format text|json|sarif`, and `--json` for `--format json`. */
+export function withFormat(command: Command, formats: Format[] = ["text", "json", "sarif"]): Command {
+    return command
+        .addOption(new Option("--format <format>", "output format").choices(formats).default("text"))
+        .option("--json", "machine-readable output (--format json)");
+}
+
+export const formatOf = (opts: { format?: Format; json?: boolean }): Format => (opts.json ? "json" : (opts.format ?? "text"));
+
+/** airlock's version, from package.json (beside cli/, or two levels up from dist/cli/). */
+export function packageVersion(): string {
+    for (const candidate of [path.join(__dirname, "..", "package.json"), path.join(__dirname, "..", "..", "package.json")]) {
+        try {
+            const pkg = JSON.parse(fs.readFileSync(candidate, "utf8")) as { name?: string; version?: string };
+            if (pkg.name === "airlock" && pkg.version) return pkg.version;
+        } catch {
+            // not here
+        }
+    }
+    return "0.0.0";
+}
+
+/**
+ * Prints findings for people (text), machines (json) or code scanning (sarif);
+ * returns the exit code (advisory findings do not fail). `clean`: the line a person
+ * gets when there is nothing to report.
+ */
+export function report(findings: Finding[], format: Format | boolean | undefined, extra: Record<string, unknown> = {}, clean?: string, policy?: Policy): number {
+    const as: Format = format === true ? "json" : format === false || format === undefined ? "text" : format;
     const violations = failing(findings).length;
-    if (json) process.stdout.write(`${JSON.stringify({ ...extra, violations, findings }, null, 2)}\n`);
+    if (as === "sarif") {
+        // Loaded only for SARIF output.
+        const { toSarif } = require("./sarif") as typeof import("./sarif");
+        process.stdout.write(`${JSON.stringify(toSarif(findings, policy ?? loadPolicy(), packageVersion(), Array.isArray(extra.errors) ? (extra.errors as string[]) : []), null, 2)}\n`);
+    } else if (as === "json") process.stdout.write(`${JSON.stringify({ ...extra, violations, findings }, null, 2)}\n`);
     else if (findings.length > 0) {
         for (const f of findings) process.stdout.write(`${formatFinding(f)}\n`);
         process.stdout.write(`${violations} violation${violations === 1 ? "" : "s"}${findings.length > violations ? `, ${findings.length - violations} advisory` : ""}\n`);
-    }
+    } else if (clean) process.stdout.write(`${clean}\n`);
     return violations > 0 ? EXIT.violations : EXIT.clean;
 }

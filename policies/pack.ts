@@ -80,7 +80,8 @@ function report(findings: Finding[], ruleId: string, reportViolation: ReportViol
 }
 
 export function airlockPolicies(policy: Policy = loadPolicy()): (ResourceValidationPolicy | StackValidationPolicy)[] {
-    const perResource = [...RULES.filter((r) => r.kind !== "stack"), ...PARSE_RULES].map(
+    // A stack-file rule has no place in the pack: CrossGuard hands policies resources, never the stack file.
+    const perResource = [...RULES.filter((r) => r.kind !== "stack" && r.kind !== "stack-file"), ...PARSE_RULES].map(
         (rule): ResourceValidationPolicy => ({
             name: rule.id,
             description: `${rule.description} Fix: ${rule.remediation}`,

@@ -4,7 +4,7 @@ import { ConfigError, ENV_NAME, FORBIDDEN_ENV } from "./contract";
 import type { JudgeContext } from "./engine/context";
 import { found } from "./engine/describeIssue";
 import type { Finding, RuleInfo } from "./engine/finding";
-import { PARSE_RULES } from "./engine/judge";
+import { PARSE_RULES, PREVIEW_PARSES } from "./engine/judge";
 import { RULES } from "./rules";
 
 /**
@@ -23,7 +23,7 @@ export interface Policy {
 }
 
 /** Every policy the pack has: the rules, and the "can it be judged at all" checks. */
-export const ALL_RULES: RuleInfo[] = [...RULES, ...PARSE_RULES];
+export const ALL_RULES: RuleInfo[] = [...RULES, ...PARSE_RULES, PREVIEW_PARSES];
 
 /**
  * policies/config.json beside this module; from the compiled copy (dist/policies/),

@@ -264,7 +264,7 @@ describe.runIf(toolsAvailable("airlock-audit", ["socat", "systemd-socket-activat
         expect(renderedFile(gatewayHost, "/usr/local/sbin/airlock-audit")).toBe(fs.readFileSync(AUDIT_PROGRAM, "utf8"));
         expect(JSON.parse(renderedFile(gatewayHost, AUDIT_CONFIG_PATH))).toEqual({
             dir: "/var/lib/airlock/audit",
-            ssh: ["runuser", "-u", "agent", "--", "ssh", "sandbox"],
+            ssh: ["runuser", "-u", "agent", "--", "ssh", "-F", "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf", "-o", "ControlPath=none", "sandbox"],
             querylog: ["/home/agent/.local/share/airlock/adguard/work/data/querylog.json.1", "/home/agent/.local/share/airlock/adguard/work/data/querylog.json"],
         });
         expect(renderedFile(gatewayHost, "/etc/systemd/system/airlock-audit-pull.service")).toMatch(/OnFailure=airlock-alert@%n\.service[\s\S]*ExecStart=\/usr\/local\/sbin\/airlock-audit pull/);

@@ -75,6 +75,7 @@ describe("cli/airlock.js picks the build or the sources", () => {
         fs.writeFileSync(path.join(root, "cli", "main.ts"), 'const from: string = "sources";\nconsole.log(from, process.argv.slice(2).join(" "));\n');
         fs.writeFileSync(path.join(root, "dist", "cli", "main.js"), 'console.log("dist", process.argv.slice(2).join(" "));\n');
         if (withTsx) fs.symlinkSync(path.join(REPO, "node_modules"), path.join(root, "node_modules"));
+        fs.mkdirSync(path.join(root, ".git")); // a checkout, where sources may be edited
         return root;
     }
     const run = (root: string) => spawnSync(process.execPath, [path.join(root, "cli", "airlock.js"), "check", "x"], { cwd: root, encoding: "utf8" });
@@ -93,6 +94,16 @@ describe("cli/airlock.js picks the build or the sources", () => {
 
         fs.rmSync(stamp);
         expect(run(root).stdout).toBe("sources check x\n");
+    });
+
+    it("an installed package (no .git: file times are its unpacking's) runs the build it was packed with", () => {
+        const root = fakePackage(false);
+        fs.rmdirSync(path.join(root, ".git"));
+        const stamp = path.join(root, "dist", ".built");
+        fs.writeFileSync(stamp, "");
+        setTime(stamp, 1_000_000);
+        setTime(path.join(root, "cli", "main.ts"), 2_000_000);
+        expect(run(root).stdout).toBe("dist check x\n");
     });
 
     it("without a build or tsx, says what to run (exit 2)", () => {

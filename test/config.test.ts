@@ -127,15 +127,50 @@ describe("stack config schema", () => {
         expect(problems[0]).toMatch(new RegExp(`: ${where.replace(/\./g, "\\.")}: `));
     });
 
-    it("a YAML syntax error names the file and line", () => {
-        const dir = tempDir("yaml");
-        const file = path.join(dir, "Pulumi.dev.yaml");
-        fs.writeFileSync(file, "config:\n  airlock:prefix: [unclosed\n");
-        expect(problemsOf(file)[0]).toMatch(new RegExp(`^${dir}.*Pulumi\\.dev\\.yaml: line \\d+: `));
+    it.each<[string, string, string]>([
+        ["a tab as indentation", "config:\n  airlock:prefix: x\n\tairlock:agent: {}\n", ":3:1: YAML syntax error: Tabs are not allowed as indentation"],
+        ["a duplicate key", "config:\n  airlock:prefix: x\n  airlock:prefix: y\n", ":3:3: YAML syntax error: Map keys must be unique"],
+        ["an unclosed quote", 'config:\n  airlock:prefix: "x\n  airlock:agent: {}\n', ":4:1: YAML syntax error: Missing closing \"quote"],
+    ])("a YAML syntax error (%s) is one line naming the file, line and column", (_, text, message) => {
+        const file = path.join(tempDir("yaml"), "Pulumi.dev.yaml");
+        fs.writeFileSync(file, text);
+        expect(problemsOf(file)).toEqual([`${file}${message}`]);
+    });
+
+    it.each<[string, (c: Record<string, any>) => void, string]>([
+        ["a wrong type", (c) => (c["airlock:sandbox"].workspaceVolumeGb = "ten"), 'airlock:sandbox.workspaceVolumeGb: expected a number, got the string "ten"'],
+        ["a string for a boolean", (c) => (c["airlock:tailnet"].manageAcl = "yes"), 'airlock:tailnet.manageAcl: expected true or false, got the string "yes"'],
+        ["a missing key", (c) => delete c["airlock:sandbox"].location, "airlock:sandbox.location: missing (expected one of fsn1, nbg1, hel1, ash, hil, sin)"],
+        ["a missing number", (c) => (c["airlock:gateway"] = { ...c["airlock:gateway"], serverType: undefined }), "airlock:gateway.serverType: missing (expected one of cx22,"],
+        ["a number too small", (c) => (c["airlock:agent"].uid = 5), "airlock:agent.uid: expected at least 1000, got the number 5"],
+        ["a list for a string", (c) => (c["airlock:prefix"] = ["a"]), "airlock:prefix: expected a string, got a list of 1"],
+    ])("%s says what is wrong, not just that something is required", (_, edit, message) => {
+        const file = editedStack("dev", edit);
+        expect(problemsOf(file)).toEqual([expect.stringContaining(`${file}: ${message}`)]);
     });
 });
 
-describe("airlock plan on bad input", () => {
+describe("airlock plan and doctor on bad input", () => {
+    it("doctor on a broken stack file exits 2 with the same line as plan", () => {
+        const dir = tempDir("doctor");
+        editedStack("dev", (c) => (c["airlock:sandbox"].workspaceVolumeGb = "ten"), dir);
+        const plan = airlock(["--stacks-dir", dir, "plan", "--stack", "dev", "--out", path.join(dir, "out")]);
+        const doctor = airlock(["--stacks-dir", dir, "doctor", "--stack", "dev"]);
+        expect(plan.status).toBe(2);
+        expect(doctor.status).toBe(2);
+        expect(doctor.stderr).toBe(plan.stderr);
+        expect(doctor.stderr.trim()).toBe(`${path.join(dir, "Pulumi.dev.yaml")}: airlock:sandbox.workspaceVolumeGb: expected a number, got the string "ten"`);
+    });
+
+    it("doctor says when the stack file does not exist", () => {
+        const dir = tempDir("doctor");
+        const result = airlock(["--stacks-dir", dir, "doctor", "--stack", "acme", "--json"]);
+        expect(result.status).toBe(1);
+        const stackCheck = JSON.parse(result.stdout).checks.find((c: { name: string }) => c.name === "stack file");
+        expect(stackCheck).toMatchObject({ ok: false, detail: `${path.join(dir, "Pulumi.acme.yaml")} does not exist` });
+        expect(stackCheck.fix).toContain("airlock fork acme --from dev");
+    });
+
     it("exits 2 with one line per problem, no stack trace, and writes nothing", () => {
         const dir = tempDir("cli");
         editedStack("dev", (c) => (c["airlock:sandbox"].serverType = "huge"), dir);

@@ -286,4 +286,59 @@ describe.runIf(canRun)("attacks on the backups", () => {
             expect(drill.stderr).toMatch(/FAILED: the repository holds 3 snapshots, fewer than the 4 at the last drill/);
         });
     });
+
+    describe("backups that stopped, or an archive too big to restore, fail the drill", () => {
+        it("the newest workspace snapshot is older than two days (a stalled or failing backup)", () => {
+            const repo = rig.newRepository();
+            rig.writeWorkspace(5);
+            // A snapshot as the last good run left it, three days ago; nothing since.
+            const stale = run("bash", ["-c", `tar -C '${rig.workspace}' -cf - . | restic --repo '${repo.path}' backup --quiet --stdin --stdin-filename workspace.tar --tag workspace --time "$(date -d '3 days ago' '+%Y-%m-%d %H:%M:%S')"`], {
+                env: { ...process.env, RESTIC_PASSWORD: SECRETS.password, RESTIC_CACHE_DIR: path.join(rig.dir, "cache") },
+            });
+            expect(stale.status, stale.stderr).toBe(0);
+            // The database dumps kept coming: only the workspace's backups stopped.
+            const dump = rig.script("airlock-db-dump", [], repo);
+            expect(dump.status, dump.stderr).toBe(0);
+            const drill = rig.script("airlock-restore-drill", [], repo);
+            expect(drill.status).toBe(1);
+            expect(drill.stderr).toMatch(/FAILED: the newest workspace snapshot is (7[0-9]|8[0-9]) hours old \(from .+\): backups have stopped/);
+        });
+
+        it("a sparse file in the workspace costs its data, not its length", () => {
+            const repo = rig.newRepository();
+            rig.writeWorkspace(5);
+            // A terabyte of nothing: without --sparse the stream would run for hours.
+            const hole = path.join(rig.workspace, "src", "hole");
+            expect(run("truncate", ["-s", "1T", hole]).status).toBe(0);
+            fs.chmodSync(hole, 0o644);
+            try {
+                const backup = rig.script("airlock-backup", ["sandbox"], repo);
+                expect(backup.status, backup.stderr).toBe(0);
+                const listed = rig.restic(repo, ["ls", "--json", "latest"]).stdout.split("\n").filter(Boolean).map((l) => JSON.parse(l));
+                expect(listed.find((n) => n.name === "workspace.tar").size).toBeLessThan(10 * 1024 * 1024);
+            } finally {
+                fs.rmSync(hole);
+            }
+        }, 120_000);
+
+        it("an archive larger than half the drill's scratch space fails before it is restored", () => {
+            const repo = rig.newRepository();
+            rig.writeWorkspace(5);
+            const big = path.join(rig.workspace, "src", "big.bin");
+            fs.writeFileSync(big, Buffer.alloc(24 * 1024 * 1024, 7), { mode: 0o644 });
+            const scratch = fs.mkdtempSync(path.join(rig.dir, "small-scratch-"));
+            expect(run("mount", ["-t", "tmpfs", "-o", "size=32m", "tmpfs", scratch]).status).toBe(0);
+            try {
+                rig.backupAll(repo);
+                const drill = rig.script("airlock-restore-drill", [], repo, { AIRLOCK_SCRATCH_DIR: scratch });
+                expect(drill.status).toBe(1);
+                expect(drill.stderr).toMatch(/FAILED: the latest workspace archive \(\d+ bytes\) does not fit in the drill's scratch space/);
+                // Nothing was restored into it.
+                expect(run("df", ["--output=used", "-B1", scratch]).stdout.split("\n")[1].trim()).toMatch(/^\d{1,6}$/);
+            } finally {
+                run("umount", [scratch]);
+                fs.rmSync(big);
+            }
+        }, 120_000);
+    });
 });

@@ -78,6 +78,8 @@ echo "$*" >/var/lib/fake-tailnet/probes/docker-args
 exit 0
 `;
 const SYSTEM_DOCKER_UNIT = "[Unit]\nDescription=stand-in for docker.io's rootful daemon\n[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n";
+/** tailscaled's unit as Tailscale ships it (RuntimeDirectoryMode=0755), its LocalAPI socket open to all (0666) as tailscaled makes it. */
+const TAILSCALED_UNIT = "[Unit]\nDescription=stand-in for tailscaled\n[Service]\nRuntimeDirectory=tailscale\nRuntimeDirectoryMode=0755\nExecStart=/usr/bin/socat UNIX-LISTEN:/run/tailscale/tailscaled.sock,fork,mode=0666 SYSTEM:'echo localapi'\n[Install]\nWantedBy=multi-user.target\n";
 const SYSTEM_DOCKER_SOCKET = "[Unit]\nDescription=stand-in\n[Socket]\nListenStream=/run/docker-stand-in.sock\n[Install]\nWantedBy=sockets.target\n";
 
 describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
@@ -87,6 +89,7 @@ describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
     let agentUid: number;
     let agent: string;
     let gatewayHost: string;
+    const runcmd: { argv: string[]; result: ReturnType<BootedHost["exec"]> }[] = [];
     const netns = `al-boot-${process.pid % 10000}`;
     const voidNs = `${netns}-void`;
     const state = () => path.join(dir, "tailnet");
@@ -148,6 +151,7 @@ describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
         put("/usr/bin/docker", DOCKER_STUB);
         put("/lib/systemd/system/docker.service", SYSTEM_DOCKER_UNIT, 0o644);
         put("/lib/systemd/system/docker.socket", SYSTEM_DOCKER_SOCKET, 0o644);
+        put("/lib/systemd/system/tailscaled.service", TAILSCALED_UNIT, 0o644);
         // The hcloud volume is the twin's to prove; here /workspace is a plain directory.
         put("/usr/local/sbin/airlock-mount-workspace", "#!/bin/bash\nmkdir -p /workspace\n");
         fs.mkdirSync(path.join(state(), "probes"), { recursive: true });
@@ -159,7 +163,7 @@ describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
         // runcmd, as cloud-init's final stage runs it: in order, a failure does not stop the rest.
         for (const command of doc.runcmd as (string | string[])[]) {
             const argv = Array.isArray(command) ? command.map(String) : ["sh", "-c", command];
-            host.exec(argv, { timeout: 180_000 });
+            runcmd.push({ argv, result: host.exec(argv, { timeout: 180_000 }) });
         }
     }, 900_000);
 
@@ -189,6 +193,48 @@ describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
         expect(table.status, `the egress table is loaded before the tailnet is complete\n${why()}`).toBe(0);
     });
 
+    it("first boot ends in airlock-boot-check, which passes with the gateway still missing", () => {
+        const last = runcmd.at(-1)!;
+        expect(last.argv).toEqual(["/usr/local/sbin/airlock-boot-check"]);
+        expect(last.result.stderr).toBe("");
+        expect(last.result.status).toBe(0);
+    });
+
+    it("airlock-boot-check fails first boot, naming the unit, when one the host needs is not running", () => {
+        expect(host!.exec(["systemctl", "stop", "airlock-broker.socket"]).status).toBe(0);
+        try {
+            const check = host!.exec(["/usr/local/sbin/airlock-boot-check"]);
+            expect(check.status).toBe(1);
+            expect(check.stderr).toContain("not active: airlock-broker.socket");
+        } finally {
+            host!.exec(["systemctl", "start", "airlock-broker.socket"]);
+        }
+    });
+
+    it("other users' sessions neither wait for nor depend on the agent's units, nor run its workloads", async () => {
+        expect(host!.exec(["useradd", "--uid", "1600", "--create-home", "ops"]).status).toBe(0);
+        const started = host!.exec(["systemctl", "start", "user@1600.service"], { timeout: 30_000 });
+        expect(started.status, started.stderr).toBe(0);
+        const deps = host!.exec(["systemctl", "show", "user@1600.service", "--property=BindsTo,Requires,Wants,After"]).stdout;
+        expect(deps).not.toMatch(/airlock-/);
+        expect(host!.exec(["systemctl", "show", `user@${agentUid}.service`, "--property=BindsTo"]).stdout).toContain("airlock-egress.service");
+        // The workloads (enabled for every user manager) run under the agent's alone.
+        const ops = (unit: string) =>
+            host!.exec(["runuser", "-u", "ops", "--", "env", "XDG_RUNTIME_DIR=/run/user/1600", "DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/1600/bus", "systemctl", "--user", "is-active", unit]).stdout.trim();
+        expect(await host!.waitFor(["test", "-S", "/run/user/1600/bus"], 20)).toBe(true);
+        for (const unit of ["airlock-workloads.path", "airlock-workloads.service", "docker.service"]) expect(ops(unit), unit).toBe("inactive");
+    });
+
+    it("tailscaled's LocalAPI is root's: the agent cannot ask tailscaled to connect for it (tailscale nc)", async () => {
+        expect(host!.exec(["systemctl", "start", "tailscaled.service"]).status).toBe(0);
+        expect(await host!.waitFor(["test", "-S", "/run/tailscale/tailscaled.sock"], 10)).toBe(true);
+        expect(host!.exec(["stat", "-c", "%a %U", "/run/tailscale"]).stdout.trim()).toBe("700 root");
+        const asAgent = host!.exec(["runuser", "-u", agent, "--", "socat", "-T", "2", "-", "UNIX-CONNECT:/run/tailscale/tailscaled.sock"], { input: "GET /localapi/v0/status\n" });
+        expect(asAgent.status).not.toBe(0);
+        expect(asAgent.stderr).toMatch(/Permission denied/);
+        expect(host!.exec(["socat", "-T", "2", "-", "UNIX-CONNECT:/run/tailscale/tailscaled.sock"], { input: "x\n" }).stdout).toContain("localapi");
+    });
+
     it("the agent reaches neither another tailnet node nor a host loopback service", () => {
         const seen = probe("agent-now") ?? "";
         expect(seen).toMatch(new RegExp(`${OTHER_TAILNET_NODE.replaceAll(".", "\\.")}/22 blocked`));
@@ -210,6 +256,15 @@ describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
         expect(allowed.stderr).toBe("");
         expect(allowed.status).toBe(0);
     });
+
+    it("rules flushed behind their unit's back come back, and the agent's manager is restarted under them", async () => {
+        const before = host!.exec(["systemctl", "show", `user@${agentUid}.service`, "--property=ActiveEnterTimestampMonotonic"]).stdout.trim();
+        expect(host!.exec(["nft", "flush", "ruleset"]).status).toBe(0);
+        expect(await host!.waitFor(["nft", "list", "table", "inet", "airlock"], 60), "the table is back").toBe(true);
+        expect(await host!.waitFor(["systemctl", "is-active", "--quiet", `user@${agentUid}.service`], 30)).toBe(true);
+        const after = host!.exec(["systemctl", "show", `user@${agentUid}.service`, "--property=ActiveEnterTimestampMonotonic"]).stdout.trim();
+        expect(after, "the agent's user manager was restarted").not.toBe(before);
+    }, 120_000);
 
     it("converges when the gateway joins, without waiting for a timer", async () => {
         fs.writeFileSync(path.join(state(), `peer-${gatewayHost}`), `${GATEWAY}\n`);

@@ -109,6 +109,15 @@ describe.runIf(canRun)("the rendered sandbox compose on a real dockerd", () => {
         expect(exec("agent-sandbox-shell", "cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max").stdout.trim()).toBe("256");
     });
 
+    it("the shell and the browser share no network: the shell's only way to CDP would be through the host", () => {
+        const networks = (name: string) => Object.keys(inspect(name).NetworkSettings.Networks);
+        expect(networks("agent-browser")).toEqual(["airlocke2e_browser"]);
+        expect(networks("agent-sandbox-shell").filter((n) => networks("agent-browser").includes(n))).toEqual([]);
+        // No shared bridge: the browser's address is not on any of the shell's links.
+        const browserIp = Object.values(inspect("agent-browser").NetworkSettings.Networks as Record<string, { IPAddress: string }>)[0].IPAddress;
+        expect(exec("agent-sandbox-shell", "ip -4 -o addr 2>/dev/null || cat /proc/net/fib_trie").stdout).not.toContain(browserIp.split(".").slice(0, 3).join(".") + ".");
+    });
+
     it("no container has a docker socket or any host path but /workspace", () => {
         for (const name of ["agent-sandbox-shell", "agent-browser"]) {
             const mounts = inspect(name).Mounts as { Type: string; Source: string; Destination: string }[];

@@ -3,7 +3,8 @@ import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { EGRESS_RULES_PATH } from "../components/render/hosts";
-import { egressRulesFor, probeIn, SANDBOX_INTERFACES } from "./helpers/egress";
+import { AGENT_SUBORDINATE_IDS } from "../components/config/schema";
+import { egressRulesFor, probeAsUid, probeIn, SANDBOX_INTERFACES } from "./helpers/egress";
 import { editedStack, renderHosts, renderedFile, tempDir } from "./helpers/stacks";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
@@ -74,6 +75,16 @@ describe.runIf(canRun).each(["observe", "allowlist"])("egress rules in the kerne
         expect(probe(AGENT, "100.100.8.9", 22)).toBe("blocked");
         expect(probe(AGENT, "100.100.8.9", 53)).toBe("blocked");
         expect(probe(AGENT, "fd7a:115c:a1e0::2", 22)).toBe("blocked");
+    });
+
+    it("a process the agent runs under one of its subordinate uids (unshare --map-auto) is still the agent", () => {
+        for (const uid of [AGENT_SUBORDINATE_IDS.first, AGENT_SUBORDINATE_IDS.first + 1, AGENT_SUBORDINATE_IDS.last]) {
+            expect(probeAsUid(netns, uid, "169.254.169.254", 80), String(uid)).toBe("blocked");
+            expect(probeAsUid(netns, uid, "127.0.0.1", 8080), String(uid)).toBe("blocked");
+            expect(probeAsUid(netns, uid, "100.100.8.9", 22), String(uid)).toBe("blocked");
+        }
+        // Just outside the range: another user, not confined.
+        expect(probeAsUid(netns, AGENT_SUBORDINATE_IDS.last + 1, "127.0.0.1", 8080)).toBe("sent");
     });
 
     it("host loopback services are for other users only", () => {

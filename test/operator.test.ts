@@ -95,6 +95,16 @@ describe("airlock fork", () => {
         expect(result.changes).toContain('airlock:prefix: "airlock-dev" -> "airlock-acme"');
     });
 
+    it.each(["dev", "prod"])("rewrites every comment that names the source stack (%s)", async (from) => {
+        const dir = stacksCopy();
+        expect(fs.readFileSync(path.join(dir, `Pulumi.${from}.yaml`), "utf8")).toMatch(new RegExp(`#.*\\b${from}\\b.*\\n[\\s\\S]*#.*\\b${from}\\b`));
+        const result = await forkStack({ stacksDir: dir, customer: "acme", from });
+        const comments = fs.readFileSync(result.file, "utf8").split("\n").filter((l) => l.trimStart().startsWith("#"));
+        expect(comments[0]).toBe(`# acme: forked from ${from} by \`airlock fork\`. Secrets are not copied: set them`);
+        expect(comments.slice(1).filter((c) => new RegExp(`\\b${from}\\b`).test(c))).toEqual([]);
+        expect(comments.slice(1).some((c) => /\bacme\b/.test(c))).toBe(true);
+    });
+
     it("refuses a fork that fails the gate, and writes nothing", async () => {
         const dir = stacksCopy();
         editedStack("dev", (c) => (c["airlock:sandbox"].extraInboundRules = [{ protocol: "tcp", port: "22", sourceIps: ["0.0.0.0/0"] }]), dir);
@@ -112,6 +122,33 @@ describe("airlock fork", () => {
         const result = airlock(["--stacks-dir", stacksCopy(), ...args]);
         expect(result.status).toBe(2);
         expect(result.stderr.trim()).toMatch(message);
+    });
+});
+
+describe("credentials in the stack file", () => {
+    const token = ["hc", "TESTTOKEN", "0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdef"].join("_");
+    const github = ["ghp", "0123456789abcdefghijABCDEFGHIJ0123456789"].join("_");
+
+    it.each<[string, (c: Record<string, any>) => void, string]>([
+        ["a provider token in clear", (c) => (c["hcloud:token"] = token), "hcloud:token is a credential in clear"],
+        ["an OAuth secret in clear", (c) => (c["tailscale:oauthClientSecret"] = token), "tailscale:oauthClientSecret is a credential in clear"],
+        ["a token pasted into a URL", (c) => (c["airlock:backup"].heartbeatUrl = `https://hc-ping.example/${github}`), "GitHub token (ghp_0123...) in clear at airlock:backup.heartbeatUrl"],
+    ])("%s fails plan and the gate (not only doctor), without printing it", (_, edit, message) => {
+        const dir = tempDir("clear");
+        const file = editedStack("dev", edit, dir);
+        for (const args of [["plan", "--stack", "dev", "--out", path.join(dir, "out")], ["gate", "--stack", "dev"], ["gate", "--all"]]) {
+            const result = airlock(["--stacks-dir", dir, ...args]);
+            expect(result.status, args.join(" ")).toBe(1);
+            expect(result.stdout).toMatch(new RegExp(`^${file.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}:\\d+: stack-secrets-encrypted: ${message.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}`, "m"));
+            expect(result.stdout + result.stderr).not.toContain(token);
+            expect(result.stdout + result.stderr).not.toContain(github);
+        }
+    });
+
+    it("passes them encrypted", () => {
+        const dir = tempDir("secure");
+        editedStack("dev", (c) => Object.assign(c, { "hcloud:token": { secure: "v1:AAAA" }, "tailscale:apiKey": { secure: "v1:BBBB" }, "tailscale:tailnet": "example.com" }), dir);
+        expect(airlock(["--stacks-dir", dir, "gate", "--stack", "dev"]).status).toBe(0);
     });
 });
 

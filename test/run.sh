@@ -23,7 +23,8 @@ readonly PACKAGES=(
 	bubblewrap jq                 # the drill's confinement; its snapshot lists
 	python3 pyflakes3 socat       # the root broker and the audit tool (python3), their lint; the wrapper's broker client
 	dnsmasq-base bind9-dnsutils   # the allowlist resolver stand-in and its fake upstream; dig
-	btrfs-progs e2fsprogs git     # checkpoints: btrfs on a loop device, ext4 for the migration path; git in the test shell image
+	pre-commit git                # the pre-commit hook, run by the real pre-commit; git in the checkpoint tests' shell image
+	btrfs-progs e2fsprogs         # checkpoints: btrfs on a loop device, ext4 for the migration path
 )
 
 if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
@@ -33,8 +34,13 @@ if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
 	done
 	if ((${#missing[@]} > 0)); then
 		echo "test/run.sh: installing ${missing[*]}"
+		# shellcheck source=test/apt-lock.sh disable=SC1091 # followed when linted with test/apt-lock.sh
+		source test/apt-lock.sh
+		wait_for_apt_locks 600
 		apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+		wait_for_apt_locks 600
+		# The lock can be taken again between the wait and apt-get: apt-get waits for it too.
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=600 "${missing[@]}" >/dev/null
 	fi
 fi
 

@@ -164,10 +164,16 @@ describe.runIf(toolsAvailable("systemd units", ["systemd-analyze"]))("systemd-an
         const root = tempDir("root");
         fs.cpSync("/usr/lib/systemd/system", path.join(root, "usr/lib/systemd/system"), { recursive: true, verbatimSymlinks: true });
         installFiles(host, root);
+        // tailscaled's unit comes with Tailscale's package at boot (not on this machine):
+        // a stand-in with the directory settings the rendered drop-in changes.
+        fs.writeFileSync(
+            path.join(root, "usr/lib/systemd/system/tailscaled.service"),
+            "[Unit]\nDescription=Tailscale node agent (stand-in)\n[Service]\nExecStart=/bin/sleep infinity\nRuntimeDirectory=tailscale\nRuntimeDirectoryMode=0755\n[Install]\nWantedBy=multi-user.target\n",
+        );
         // Every program a unit executes, from this machine (.ci/run installs them), so verify
         // checks that each one exists and is executable.
         const units = host.files.filter((f) => f.path.startsWith("/etc/systemd/")).map((f) => f.content);
-        const programs = new Set(["/lib/systemd/systemd", "/usr/sbin/sshd"]);
+        const programs = new Set(["/lib/systemd/systemd", "/usr/sbin/sshd", "/bin/sleep"]);
         for (const m of units.join("\n").matchAll(/^Exec\w*=[-@:+!]*(\/\S+)/gm)) programs.add(m[1]);
         for (const program of programs) {
             const target = path.join(root, program);
@@ -188,7 +194,7 @@ describe.runIf(toolsAvailable("systemd units", ["systemd-analyze"]))("systemd-an
                 const unit = (system[1] ?? system[2]).replace("user@.service", "user@1000.service").replace(/@\.(service|timer)$/, "@test.$1");
                 return [{ file: f.path, unit, userUnit: false }];
             }
-            const user = /^\/etc\/systemd\/user\/([^/]+\.service)$/.exec(f.path);
+            const user = /^\/etc\/systemd\/user\/([^/]+\.(?:service|path))$/.exec(f.path);
             return user ? [{ file: f.path, unit: user[1], userUnit: true }] : [];
         });
     }

@@ -74,6 +74,10 @@ describe("compose rendering", () => {
         expect(services["agent-sandbox-shell"]).toMatchObject({ container_name: "agent-sandbox-shell", working_dir: "/workspace", volumes: ["/workspace:/workspace"] });
         expect(services.browser.ports).toEqual(["@TAILNET_IPV4@:9222:9222"]);
         expect(JSON.stringify(services.browser.volumes ?? [])).not.toContain("/workspace");
+        // The browser shares no network with any other service: only the gateway reaches CDP.
+        for (const [name, service] of Object.entries(services)) {
+            if (name !== "browser") expect(((service as { networks: string[] }).networks).filter((n) => (services.browser.networks as string[]).includes(n)), name).toEqual([]);
+        }
     });
 
     it("databases sit on an internal network; the API binds 127.0.0.1", () => {

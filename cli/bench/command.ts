@@ -123,6 +123,8 @@ export async function commandCost(runs: number, secondsPerSeries: number, log: (
         // Every command goes on the record through the root broker, as on the sandbox.
         const broker = await startSandboxBroker(root, USER);
         cleanup.push(() => broker.stop());
+        // As at boot: the agent's egress rules in force, or the wrapper refuses every command.
+        enforceEgress(net.server, hosts.sandbox, Number(uid), "198.18.7.2");
         const stubBin = path.join(root, "stub-bin");
         fs.mkdirSync(stubBin);
         fs.writeFileSync(path.join(stubBin, "tailscale"), `#!/bin/sh\necho ${net.serverTailnet}\n`, { mode: 0o755 });

@@ -1,7 +1,7 @@
 import * as fs from "node:fs";
 import * as YAML from "yaml";
-import type { z } from "zod";
 import { ConfigError } from "../../policies/contract";
+import { describeIssue } from "../../policies/engine/describeIssue";
 import { StackConfig, stackConfigSchema } from "./schema";
 
 /** The Pulumi project name, and so the namespace of every config key airlock reads. */
@@ -11,9 +11,9 @@ export { ConfigError };
 
 /** Validates raw `airlock:*` values (namespace stripped) and applies every default. */
 export function parseStackConfig(values: Record<string, unknown>, source: string): StackConfig {
-    const result = stackConfigSchema.safeParse(values);
+    const result = stackConfigSchema.safeParse(values, { reportInput: true });
     if (result.success) return result.data;
-    throw new ConfigError(result.error.issues.map((issue) => `${source}: ${keyPath(issue.path)}: ${describe(issue)}`));
+    throw new ConfigError(result.error.issues.map((issue) => `${source}: ${keyPath(issue.path)}: ${describeIssue(issue)}`));
 }
 
 /** Reads `stacks/Pulumi.<stack>.yaml` the way Pulumi does and validates its `airlock:*` keys. */
@@ -26,9 +26,10 @@ export function readStackFile(file: string): StackConfig {
     }
     const doc = YAML.parseDocument(text);
     if (doc.errors.length > 0) {
-        throw new ConfigError(
-            doc.errors.map((e) => `${file}: line ${e.linePos?.[0].line ?? "?"}: ${firstLine(e.message).replace(/ at line \d+, column \d+:?$/, "")}`),
-        );
+        // The first error is the cause; the parser's later ones follow from it.
+        const [e] = doc.errors;
+        const at = e.linePos ? `:${e.linePos[0].line}:${e.linePos[0].col}` : "";
+        throw new ConfigError([`${file}${at}: YAML syntax error: ${firstLine(e.message).replace(/ at line \d+, column \d+:?$/, "")}`]);
     }
     const root = doc.toJS() as unknown;
     const config = (root as { config?: unknown } | null)?.config;
@@ -77,19 +78,6 @@ export function keyPath(path: readonly PropertyKey[]): string {
     let out = `${PROJECT}:${String(path[0])}`;
     for (const part of path.slice(1)) out += typeof part === "number" ? `[${part}]` : `.${String(part)}`;
     return out;
-}
-
-function describe(issue: z.core.$ZodIssue): string {
-    switch (issue.code) {
-        case "invalid_value":
-            return `expected one of ${issue.values.map(String).join(", ")}`;
-        case "unrecognized_keys":
-            return `unknown key${issue.keys.length > 1 ? "s" : ""} ${issue.keys.join(", ")}`;
-        case "invalid_type":
-            return issue.input === undefined ? `required (${issue.expected})` : `expected ${issue.expected}`;
-        default:
-            return firstLine(issue.message);
-    }
 }
 
 function firstLine(message: string): string {

@@ -4,6 +4,13 @@ import { ENV_NAME, FORBIDDEN_ENV } from "../../policies/contract";
 export { ENV_NAME, FORBIDDEN_ENV };
 
 /**
+ * The subordinate uids and gids the agent gets for rootless Docker (its containers'
+ * users map into them). They are the agent's as much as its own uid: the egress
+ * rules confine all of them.
+ */
+export const AGENT_SUBORDINATE_IDS = { first: 100000, last: 165535 } as const;
+
+/**
  * The whole `airlock:*` stack config, one schema. Every default lives here (zod
  * `.default()` plus the derivations in `withDerivedDefaults`), so a reader finds
  * what an omitted key means in one place.

@@ -1,6 +1,6 @@
 import * as YAML from "yaml";
 import { TAILNET_AUTH_KEY_PATH, TAILNET_AUTH_KEY_PLACEHOLDER } from "../../policies/contract";
-import type { StackConfig } from "../config/schema";
+import { AGENT_SUBORDINATE_IDS, type StackConfig } from "../config/schema";
 import {
     adguardDataDir,
     renderAdguardConfig,
@@ -87,7 +87,7 @@ interface HostUnits {
     tailnetConfigPost?: string[];
     /** System units airlock-tailnet-config needs started first (Requires= + After=). */
     tailnetConfigRequires?: string[];
-    /** user@.service drop-in: units a user manager is bound to (BindsTo= + After=), and ones it requires. */
+    /** The agent's user manager (user@<agentUid>.service): units it is bound to (BindsTo= + After=), and ones it requires. */
     userManagerBindsTo?: string[];
     userManagerRequires?: string[];
     /** The workloads unit's ExecStartPre lines. */
@@ -113,12 +113,14 @@ function commonFiles(cfg: StackConfig, role: HostRole, units: HostUnits): HostFi
         script(RENDER, "scripts/tailnet-render"),
         script(COMPOSE_CHECK, "scripts/compose-check"),
         config("/etc/systemd/system/ssh.service.d/10-airlock-tailnet.conf", "systemd/ssh.service.d/10-airlock-tailnet.conf"),
+        config("/etc/systemd/system/tailscaled.service.d/10-airlock.conf", "systemd/tailscaled.service.d/10-airlock.conf"),
         // Debian's PAM stack for sshd, except that pam_env never reads a user's own file.
         config("/etc/pam.d/sshd", "pam/sshd"),
         script("/usr/local/sbin/airlock-setup-rootless-docker", "scripts/setup-rootless-docker", {
             agentUser: cfg.agent.user,
+            subordinateIds: `${AGENT_SUBORDINATE_IDS.first}-${AGENT_SUBORDINATE_IDS.last}`,
         }),
-        config("/etc/systemd/user/docker.service", "systemd/user/docker.service"),
+        config("/etc/systemd/user/docker.service", "systemd/user/docker.service", { agentUser: cfg.agent.user }),
         { path: COMPOSE_TEMPLATE_PATH, content: units.compose, permissions: "0644" },
         config("/etc/systemd/system/airlock-tailnet-config.service", "systemd/airlock-tailnet-config.service", {
             after: (units.tailnetConfigRequires ?? []).join(" "),
@@ -126,15 +128,21 @@ function commonFiles(cfg: StackConfig, role: HostRole, units: HostUnits): HostFi
             execStart: units.tailnetConfig.map((line) => `ExecStart=${line}`).join("\n"),
             execStartPost: unitLines("ExecStartPost", units.tailnetConfigPost),
         }),
-        config("/etc/systemd/user/airlock-workloads.path", "systemd/user/airlock-workloads.path"),
+        config("/etc/systemd/user/airlock-workloads.path", "systemd/user/airlock-workloads.path", { agentUser: cfg.agent.user }),
         config("/etc/systemd/user/airlock-workloads.service", "systemd/user/airlock-workloads.service", {
+            agentUser: cfg.agent.user,
             execStartPre: unitLines("ExecStartPre", units.workloadsPre),
         }),
-        config("/etc/systemd/system/user@.service.d/10-airlock.conf", "systemd/user@.service.d/10-airlock.conf", {
+        // The agent's manager only: other users' sessions (the operator, a package's
+        // postinst opening a PAM session) neither wait for nor depend on these units.
+        config(`/etc/systemd/system/user@${cfg.agent.uid}.service.d/10-airlock.conf`, "systemd/agent-user-manager.d/10-airlock.conf", {
             dependencies: unitLines("BindsTo", units.userManagerBindsTo) + unitLines("Requires", units.userManagerRequires) + (bound.length > 0 ? `After=${bound.join(" ")}\n` : ""),
         }),
     ];
 }
+
+/** First boot's last step: cloud-init reports an error when a unit the host needs is not running. */
+const bootCheck = (requiredUnits: string[]) => script("/usr/local/sbin/airlock-boot-check", "scripts/boot-check", { requiredUnits: requiredUnits.join(" ") });
 
 const COMPOSE_CHECK = "/usr/local/sbin/airlock-compose-check";
 const renderCompose = `${RENDER} --mode 0644 ${COMPOSE_TEMPLATE_PATH} /etc/airlock/compose.yml ${COMPOSE_CHECK}`;
@@ -183,6 +191,7 @@ export function renderSandbox(cfg: StackConfig, images: ResolvedImages): Rendere
             envAllowlist: cfg.agent.envAllowlist.join(" "),
         }),
         script("/usr/local/sbin/airlock-agent-home", "scripts/agent-home", { agentUser: user }),
+        bootCheck(["ssh.service", EGRESS_UNIT, "airlock-broker.socket", "airlock-workspace.service", `user@${cfg.agent.uid}.service`]),
         ...brokerFiles(cfg),
         script("/usr/local/sbin/airlock-mount-workspace", "scripts/mount-workspace", { agentUser: user }),
         ...checkpointFiles(cfg, images),
@@ -190,6 +199,8 @@ export function renderSandbox(cfg: StackConfig, images: ResolvedImages): Rendere
         { path: "/etc/airlock/resolv.conf.in", content: "# airlock: the gateway's AdGuard Home is the only resolver.\nnameserver @RESOLVER_IPV4@\noptions edns0\n", permissions: "0644" },
         { path: EGRESS_RULES_PATH, content: renderEgressRules(cfg), permissions: "0600" },
         config(`/etc/systemd/system/${EGRESS_UNIT}`, "systemd/airlock-egress.service"),
+        config("/etc/systemd/system/airlock-egress-watch.service", "systemd/airlock-egress-watch.service"),
+        config("/etc/systemd/system/airlock-egress-watch.timer", "systemd/airlock-egress-watch.timer"),
         { path: "/etc/airlock/egress-resolver.nft.in", content: renderTemplate("nftables/egress-resolver.nft", {}), permissions: "0600" },
         { path: "/etc/airlock/docker-daemon.json.in", content: '{ "dns": ["@RESOLVER_IPV4@"] }\n', permissions: "0644" },
         script("/usr/local/sbin/airlock-egress-refresh", "scripts/egress-refresh", { allowlist: cfg.dns.allowlist.map((d) => `"${d}"`).join(" ") }),
@@ -230,7 +241,7 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
             content: cfg.gateway.adminSshKeys.map((key) => `${key}\n`).join(""),
             permissions: "0644",
         },
-        config("/etc/ssh/ssh_config.d/20-airlock-sandbox.conf", "ssh/sandbox.ssh_config", {
+        config(SANDBOX_SSH_CONFIG_PATH, "ssh/sandbox.ssh_config", {
             sandboxHost: cfg.hostnames.sandbox,
             agentUser: user,
             sendEnv: cfg.agent.envAllowlist.join(" "),
@@ -255,14 +266,15 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
         // Tailnet DNS to AdGuard Home's unprivileged port: no user may bind below 1024.
         { path: DNS_REDIRECT_PATH, content: renderTemplate("nftables/gateway-dns-redirect.nft", { resolverPort: String(RESOLVER_PUBLISHED_PORT) }), permissions: "0600" },
         config("/etc/systemd/system/airlock-dns-redirect.service", "systemd/airlock-dns-redirect.service"),
+        bootCheck(["ssh.service", "airlock-dns-redirect.service", "airlock-tailnet-config.service", `user@${cfg.agent.uid}.service`]),
     ];
     return assemble(cfg, "gateway", files, { adminUser, agentUser: user, agentUid: cfg.agent.uid, enableBackupTimers: ["systemctl", "enable", "--now", ...backupTimers(cfg)] });
 }
 
-/** One systemd service (alerting on failure) and the timer that starts it. */
-function scheduled(name: string, description: string, execStart: string, onCalendar: string, randomizedDelay: string): HostFile[] {
+/** One systemd service (alerting on failure, and on running longer than `timeout`) and the timer that starts it. */
+function scheduled(name: string, description: string, execStart: string, onCalendar: string, randomizedDelay: string, timeout: string): HostFile[] {
     return [
-        config(`/etc/systemd/system/${name}.service`, "backup/unit.service", { description, execStart }),
+        config(`/etc/systemd/system/${name}.service`, "backup/unit.service", { description, execStart, timeout }),
         config(`/etc/systemd/system/${name}.timer`, "backup/unit.timer", { description, onCalendar, randomizedDelay }),
     ];
 }
@@ -270,6 +282,20 @@ function scheduled(name: string, description: string, execStart: string, onCalen
 /** Where the gateway keeps the sandbox's command record, pulled by airlock-audit (root, 0700). */
 export const AUDIT_DIR = "/var/lib/airlock/audit";
 export const AUDIT_CONFIG_PATH = "/etc/airlock/audit.json";
+
+/** The gateway's ssh client settings for the sandbox (pinned host key, modern algorithms). */
+export const SANDBOX_SSH_CONFIG_PATH = "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf";
+
+/**
+ * How root's jobs on the gateway (backups, the record's pull) reach the sandbox: as the
+ * agent (the one user the sandbox lets in), with the rendered client settings only
+ * (-F: a ~/.ssh/config the agent user wrote is never read, so it cannot turn off the
+ * host-key pin or pick weak algorithms) and a connection of their own (no
+ * ControlMaster socket the agent user could have planted).
+ */
+export function rootSandboxSsh(cfg: StackConfig): string[] {
+    return ["runuser", "-u", cfg.agent.user, "--", "ssh", "-F", SANDBOX_SSH_CONFIG_PATH, "-o", "ControlPath=none", "sandbox"];
+}
 
 /** The names of the backup timers the gateway enables. */
 export function backupTimers(cfg: StackConfig): string[] {
@@ -293,7 +319,7 @@ function backupFiles(cfg: StackConfig): HostFile[] {
     const withDatabase = cfg.workloads.postgres.enabled;
     const shellQuoted = (value: string | undefined) => (value ? `'${value.replace(/'/g, "'\\''")}'` : '""');
     const files: HostFile[] = [
-        config(BACKUP_LIB_PATH, "backup/lib.sh", { agentUser: cfg.agent.user }),
+        config(BACKUP_LIB_PATH, "backup/lib.sh", { sandboxSsh: rootSandboxSsh(cfg).join(" ") }),
         script("/usr/local/sbin/airlock-backup-init", "backup/init"),
         script("/usr/local/sbin/airlock-backup", "backup/backup", {
             heartbeatUrl: shellQuoted(cfg.backup.heartbeatUrl),
@@ -309,17 +335,17 @@ function backupFiles(cfg: StackConfig): HostFile[] {
         config("/etc/systemd/system/airlock-alert@.service", "backup/alert@.service"),
         // The drill's scratch PostgreSQL: no cluster of its own on the gateway.
         { path: "/etc/postgresql-common/createcluster.conf", content: "# airlock: PostgreSQL is here only for the restore drill's scratch server.\ncreate_main_cluster = false\n", permissions: "0644" },
-        ...scheduled("airlock-backup-gateway", "daily backup of the gateway", "/usr/local/sbin/airlock-backup gateway", "*-*-* 03:00", "30min"),
-        ...scheduled("airlock-backup-sandbox", "daily backup of the sandbox's /workspace", "/usr/local/sbin/airlock-backup sandbox", "*-*-* 03:30", "30min"),
-        ...scheduled("airlock-restic-check-gateway", "weekly check of the gateway's repository", "/usr/local/sbin/airlock-restic-check gateway", "Sun *-*-* 05:00", "1h"),
-        ...scheduled("airlock-restic-check-sandbox", "weekly check of the sandbox's repository", "/usr/local/sbin/airlock-restic-check sandbox", "Sun *-*-* 05:30", "1h"),
-        ...scheduled("airlock-restore-drill", "monthly restore drill of the sandbox's backups", "/usr/local/sbin/airlock-restore-drill", "*-*-01 06:00", "2h"),
+        ...scheduled("airlock-backup-gateway", "daily backup of the gateway", "/usr/local/sbin/airlock-backup gateway", "*-*-* 03:00", "30min", "6h"),
+        ...scheduled("airlock-backup-sandbox", "daily backup of the sandbox's /workspace", "/usr/local/sbin/airlock-backup sandbox", "*-*-* 03:30", "30min", "6h"),
+        ...scheduled("airlock-restic-check-gateway", "weekly check of the gateway's repository", "/usr/local/sbin/airlock-restic-check gateway", "Sun *-*-* 05:00", "1h", "12h"),
+        ...scheduled("airlock-restic-check-sandbox", "weekly check of the sandbox's repository", "/usr/local/sbin/airlock-restic-check sandbox", "Sun *-*-* 05:30", "1h", "12h"),
+        ...scheduled("airlock-restore-drill", "monthly restore drill of the sandbox's backups", "/usr/local/sbin/airlock-restore-drill", "*-*-01 06:00", "2h", "6h"),
         ...auditFiles(cfg),
     ];
     if (withDatabase) {
         files.push(
             script("/usr/local/sbin/airlock-db-dump", "backup/db-dump"),
-            ...scheduled("airlock-db-dump", "hourly dump of the sandbox's database", "/usr/local/sbin/airlock-db-dump", "hourly", "5min"),
+            ...scheduled("airlock-db-dump", "hourly dump of the sandbox's database", "/usr/local/sbin/airlock-db-dump", "hourly", "5min", "45min"),
         );
     }
     return files;
@@ -333,11 +359,11 @@ function backupFiles(cfg: StackConfig): HostFile[] {
  */
 function auditFiles(cfg: StackConfig): HostFile[] {
     const querylog = `${adguardDataDir(cfg)}/work/data/querylog.json`;
-    const settings = { dir: AUDIT_DIR, ssh: ["runuser", "-u", cfg.agent.user, "--", "ssh", "sandbox"], querylog: [`${querylog}.1`, querylog] };
+    const settings = { dir: AUDIT_DIR, ssh: rootSandboxSsh(cfg), querylog: [`${querylog}.1`, querylog] };
     return [
         { path: "/usr/local/sbin/airlock-audit", content: renderTemplate("audit/airlock-audit", {}), permissions: "0755" },
         { path: AUDIT_CONFIG_PATH, content: `${JSON.stringify(settings, null, 2)}\n`, permissions: "0644" },
-        ...scheduled("airlock-audit-pull", "pull the sandbox's command record", "/usr/local/sbin/airlock-audit pull", "*:0/5", "30s"),
+        ...scheduled("airlock-audit-pull", "pull the sandbox's command record", "/usr/local/sbin/airlock-audit pull", "*:0/5", "30s", "4min"),
     ];
 }
 

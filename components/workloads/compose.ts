@@ -1,6 +1,6 @@
 import * as YAML from "yaml";
 import { TAILNET_IPV4_PLACEHOLDER } from "../../policies/contract";
-import type { StackConfig } from "../config/schema";
+import { AGENT_SUBORDINATE_IDS, type StackConfig } from "../config/schema";
 import { renderTemplate } from "../render/templates";
 
 /**
@@ -97,7 +97,9 @@ export function renderSandboxCompose(cfg: StackConfig, images: ResolvedImages): 
                 ports: [`${TAILNET_IPV4_PLACEHOLDER}:9222:9222`],
                 shm_size: "1g",
                 read_only: true,
-                networks: ["egress"],
+                // A network of its own: the agent's shell must not reach CDP (cookies and
+                // sessions of earlier tasks, scripts in pages the gateway opens later).
+                networks: ["browser"],
             },
             w.browser,
         );
@@ -141,7 +143,7 @@ export function renderSandboxCompose(cfg: StackConfig, images: ResolvedImages): 
             " @TAILNET_IPV4@ is filled at boot by airlock-tailnet-render (tailnet addresses only).",
         services,
         {
-            networks: { egress: {}, ...(backend ? { internal: { internal: true } } : {}) },
+            networks: { egress: {}, ...(w.browser.enabled ? { browser: {} } : {}), ...(backend ? { internal: { internal: true } } : {}) },
             ...(Object.keys(volumes).length > 0 ? { volumes } : {}),
         },
     );
@@ -206,10 +208,9 @@ export function renderAdguardConfig(cfg: StackConfig): string {
 
 /** The sandbox's nftables egress policy for the stack's DNS mode. */
 export function renderEgressRules(cfg: StackConfig): string {
-    const agentUid = String(cfg.agent.uid);
     return renderTemplate("nftables/sandbox-egress.nft", {
         mode: cfg.dns.mode,
-        agentUid,
+        agentUids: `{ ${cfg.agent.uid}, ${AGENT_SUBORDINATE_IDS.first}-${AGENT_SUBORDINATE_IDS.last} }`,
         agentEgressRules: renderTemplate(`nftables/agent-egress-${cfg.dns.mode}.nft`, {}).replace(/\n$/, ""),
     });
 }

@@ -16,11 +16,25 @@ export interface EmbeddedFile {
     path: string;
     content: string;
     permissions?: string;
+    /** Line of the write_files entry. */
+    line?: number;
+    /** Line of the content's first line, when the content is a literal block (`|`) stored as is. */
+    contentLine?: number;
+    /** Why the content cannot be read (it does not decode, or decodes to too much): nothing in it was judged. */
+    undecodable?: string;
 }
 
-export class CloudInitParseError extends Error {}
+export class CloudInitParseError extends Error {
+    constructor(message: string, readonly line?: number) {
+        super(message);
+    }
+}
+
+/** The most an embedded file may decompress to before it is judged unverifiable (a gzip bomb). */
+export const MAX_DECODED_BYTES = 16 * 2 ** 20;
 
 export function parseCloudInit(text: string): CloudInitDoc {
+    text = text.replace(/^\uFEFF/, "");
     const first = text.split("\n", 1)[0].trim();
     if (first.startsWith("#!")) return { text, files: [], lines: {} };
     if (first !== "#cloud-config") {
@@ -29,9 +43,19 @@ export function parseCloudInit(text: string): CloudInitDoc {
         );
     }
     const lineCounter = new YAML.LineCounter();
-    const doc = YAML.parseDocument(text, { lineCounter, merge: true });
-    if (doc.errors.length > 0) throw new CloudInitParseError(`cloud-config: ${doc.errors[0].message.split("\n")[0]}`);
-    const data = (doc.toJS() ?? {}) as Record<string, any>;
+    // cloud-init (PyYAML) takes the last of duplicate keys, and so does this.
+    const doc = YAML.parseDocument(text, { lineCounter, merge: true, uniqueKeys: false });
+    if (doc.errors.length > 0) throw new CloudInitParseError(`cloud-config: ${doc.errors[0].message.split("\n")[0]}`, doc.errors[0].linePos?.[0].line);
+    let parsed: unknown;
+    try {
+        parsed = doc.toJS({ maxAliasCount: 10_000 });
+    } catch (err) {
+        throw new CloudInitParseError(`cloud-config: ${(err as Error).message.split("\n")[0]}`);
+    }
+    if (parsed !== null && parsed !== undefined && (typeof parsed !== "object" || Array.isArray(parsed))) {
+        throw new CloudInitParseError(`cloud-config: expected a mapping of modules, got ${Array.isArray(parsed) ? "a list" : typeof parsed}`);
+    }
+    const data = (parsed ?? {}) as Record<string, any>;
     const lines: Record<string, number> = {};
     if (YAML.isMap(doc.contents)) {
         for (const item of doc.contents.items) {
@@ -39,31 +63,54 @@ export function parseCloudInit(text: string): CloudInitDoc {
             if (key?.range) lines[String(key.value)] = lineCounter.linePos(key.range[0]).line;
         }
     }
-    const files = (Array.isArray(data.write_files) ? data.write_files : []).map((entry: any, index: number) => ({
-        index,
-        path: String(entry?.path ?? ""),
-        content: decode(entry?.content, entry?.encoding),
-        permissions: entry?.permissions === undefined ? undefined : String(entry.permissions),
-    }));
+    const files = (Array.isArray(data.write_files) ? data.write_files : []).map((entry: any, index: number): EmbeddedFile => {
+        const node = doc.getIn(["write_files", index], true) as YAML.Node | undefined;
+        const content = YAML.isMap(node) ? (node.get("content", true) as YAML.Node | undefined) : undefined;
+        const plain = entry?.encoding === undefined || /^(text\/plain)?$/i.test(String(entry.encoding));
+        const decoded = decode(entry?.content, entry?.encoding);
+        return {
+            index,
+            path: String(entry?.path ?? ""),
+            content: decoded.text,
+            ...(decoded.error ? { undecodable: decoded.error } : {}),
+            permissions: entry?.permissions === undefined ? undefined : String(entry.permissions),
+            line: node?.range ? lineCounter.linePos(node.range[0]).line : undefined,
+            contentLine:
+                plain && YAML.isScalar(content) && content.type === "BLOCK_LITERAL" && content.range ? lineCounter.linePos(content.range[0]).line + 1 : undefined,
+        };
+    });
     return { text, data, files, lines };
 }
 
-function decode(content: unknown, encoding: unknown): string {
-    const text = content === undefined || content === null ? "" : String(content);
-    switch (String(encoding ?? "").toLowerCase()) {
-        case "b64":
-        case "base64":
-            return Buffer.from(text, "base64").toString("utf8");
-        case "gz":
-        case "gzip":
-            return zlib.gunzipSync(Buffer.from(text, "binary")).toString("utf8");
-        case "gz+b64":
-        case "gzip+base64":
-        case "gz+base64":
-        case "gzip+b64":
-            return zlib.gunzipSync(Buffer.from(text, "base64")).toString("utf8");
-        default:
-            return text;
+/** write_files content as cloud-init writes it: text, `!!binary` bytes, base64 and/or gzip. */
+function decode(content: unknown, encoding: unknown): { text: string; error?: string } {
+    const bytes = content instanceof Uint8Array ? Buffer.from(content) : undefined;
+    const text = bytes ? bytes.toString("utf8") : content === undefined || content === null ? "" : String(content);
+    const gunzip = (data: Buffer) => zlib.gunzipSync(data, { maxOutputLength: MAX_DECODED_BYTES }).toString("utf8");
+    const kind = String(encoding ?? "").toLowerCase();
+    try {
+        switch (kind) {
+            case "b64":
+            case "base64":
+                return { text: (bytes ?? Buffer.from(text, "base64")).toString("utf8") };
+            case "gz":
+            case "gzip":
+                // cloud-init needs bytes here: `content: !!binary |` holding the gzip stream.
+                return { text: gunzip(bytes ?? Buffer.from(text, "latin1")) };
+            case "gz+b64":
+            case "gzip+base64":
+            case "gz+base64":
+            case "gzip+b64":
+                return { text: gunzip(bytes ?? Buffer.from(text, "base64")) };
+            case "":
+            case "text/plain":
+                return { text };
+            default:
+                return { text: "", error: `unknown encoding ${JSON.stringify(String(encoding))}` };
+        }
+    } catch (err) {
+        const why = (err as NodeJS.ErrnoException).code === "ERR_BUFFER_TOO_LARGE" || err instanceof RangeError ? `decompresses to more than ${MAX_DECODED_BYTES / 2 ** 20} MiB` : `does not decode as ${kind}`;
+        return { text: "", error: why };
     }
 }
 
@@ -85,8 +132,8 @@ function collectLeaves(doc: CloudInitDoc): { path: string; value: string }[] {
     const walk = (value: unknown, at: string) => {
         if (typeof value === "string") out.push({ path: at, value });
         else if (Array.isArray(value)) {
-            // runcmd/bootcmd entries may be argv lists: judge them as the command line too.
-            if (value.every((v) => typeof v === "string") && value.length > 1) out.push({ path: at, value: value.join(" ") });
+            // A runcmd/bootcmd entry may be an argv list: judge it as the command line too.
+            if (/\]$/.test(at) && value.every((v) => typeof v === "string") && value.length > 1) out.push({ path: at, value: value.join(" ") });
             value.forEach((v, i) => walk(v, `${at}[${i}]`));
         } else if (value !== null && typeof value === "object") {
             for (const [k, v] of Object.entries(value)) walk(v, at ? `${at}.${k}` : k);

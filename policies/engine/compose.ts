@@ -1,7 +1,9 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import * as YAML from "yaml";
-import { ContainerSpec, fromComposeService } from "./container";
+import { ConfigError } from "../contract";
+import { ContainerSpec, fromComposeService, NamedVolumes } from "./container";
+import { found } from "./describeIssue";
 import type { Problem } from "./finding";
 
 /**
@@ -16,20 +18,47 @@ export interface ComposeFile {
     problems: Problem[];
 }
 
-export class ComposeParseError extends Error {}
+export class ComposeParseError extends Error {
+    constructor(message: string, readonly line?: number) {
+        super(message);
+    }
+}
+
+/**
+ * How many alias expansions (weighted by the aliases inside what they expand) a
+ * file may make: large real projects use a few thousand; an "alias bomb" that
+ * doubles at every level needs millions, and is refused before it is expanded.
+ */
+export const MAX_ALIAS_EXPANSIONS = 100_000;
 
 interface LoadedCompose {
     services: Record<string, any>;
     networks: Record<string, any>;
+    volumes: NamedVolumes;
     lines: Record<string, number>;
+    /** Services that cannot be judged (not a mapping), and a file with nothing to judge. */
+    problems: Problem[];
 }
+
+const isMapping = (v: unknown): v is Record<string, any> => v !== null && typeof v === "object" && !Array.isArray(v);
 
 function load(text: string, label: string): LoadedCompose {
     const lineCounter = new YAML.LineCounter();
-    const doc = YAML.parseDocument(text, { merge: true, lineCounter, uniqueKeys: false });
-    if (doc.errors.length > 0) throw new ComposeParseError(`${label}: ${doc.errors[0].message.split("\n")[0]}`);
-    const data = (doc.toJS({ maxAliasCount: 1000 }) ?? {}) as Record<string, any>;
-    if (typeof data !== "object" || Array.isArray(data)) throw new ComposeParseError(`${label}: not a compose mapping`);
+    const doc = YAML.parseDocument(text.replace(/^\uFEFF/, ""), { merge: true, lineCounter, uniqueKeys: false });
+    if (doc.errors.length > 0) throw new ComposeParseError(`${label}: ${doc.errors[0].message.split("\n")[0]}`, doc.errors[0].linePos?.[0].line);
+    let data: unknown;
+    try {
+        data = doc.toJS({ maxAliasCount: MAX_ALIAS_EXPANSIONS });
+    } catch (err) {
+        if (err instanceof ReferenceError && /alias/i.test(err.message)) {
+            throw new ConfigError([`${label}: refusing it: more than ${MAX_ALIAS_EXPANSIONS} YAML alias expansions (an alias bomb?)`]);
+        }
+        throw new ComposeParseError(`${label}: ${(err as Error).message.split("\n")[0]}`);
+    }
+    const lineOf = (node: unknown) => (YAML.isNode(node) && node.range ? lineCounter.linePos(node.range[0]).line : undefined);
+    if (data === null || data === undefined) return { services: {}, networks: {}, volumes: {}, lines: {}, problems: [nothingToJudge("the file is empty (or only comments)")] };
+    if (!isMapping(data)) throw new ComposeParseError(`${label}: expected a compose mapping, got ${found(data)}`, lineOf(doc.contents));
+    const problems: Problem[] = [];
     const lines: Record<string, number> = {};
     const servicesNode = doc.get("services", true);
     if (YAML.isMap(servicesNode)) {
@@ -38,7 +67,30 @@ function load(text: string, label: string): LoadedCompose {
             if (key?.range) lines[String(key.value)] = lineCounter.linePos(key.range[0]).line;
         }
     }
-    return { services: data.services ?? {}, networks: data.networks ?? {}, lines };
+    let services: Record<string, any> = {};
+    if (data.services === undefined || data.services === null) problems.push(nothingToJudge("it has no services"));
+    else if (!isMapping(data.services)) {
+        problems.push({ ...nothingToJudge(`services: expected a mapping of services, got ${found(data.services)}`), line: lineOf(servicesNode) });
+    } else {
+        services = data.services;
+        if (Object.keys(services).length === 0) problems.push({ ...nothingToJudge("services is empty"), line: lineOf(servicesNode) });
+        for (const [name, service] of Object.entries(services)) {
+            if (!isMapping(service)) {
+                problems.push({ message: `unverifiable: services.${name}: expected a mapping, got ${found(service)}`, where: name, line: lines[name], unverifiable: true });
+            }
+        }
+    }
+    return {
+        services,
+        networks: isMapping(data.networks) ? data.networks : {},
+        volumes: isMapping(data.volumes) ? data.volumes : {},
+        lines,
+        problems,
+    };
+}
+
+function nothingToJudge(why: string): Problem {
+    return { message: `unverifiable: nothing to judge: ${why}`, unverifiable: true, fix: "Check the file: a compose file declares its services under `services:`." };
 }
 
 /** Keys whose sequences replace rather than append when a service extends another. */
@@ -56,15 +108,13 @@ function mergeService(base: Record<string, any>, override: Record<string, any>):
     return merged;
 }
 
-const isMapping = (v: unknown): v is Record<string, any> => v !== null && typeof v === "object" && !Array.isArray(v);
-
 /**
  * Parses compose text. `file` (when known) lets `extends: {file: ...}` be followed;
  * without it, such an extends is unverifiable.
  */
 export function parseCompose(text: string, file?: string): ComposeFile {
-    const problems: Problem[] = [];
     const root = load(text, file ?? "compose");
+    const problems: Problem[] = [...root.problems];
     const cache = new Map<string, LoadedCompose>();
 
     const resolve = (loaded: LoadedCompose, dir: string | undefined, name: string, seen: string[]): Record<string, any> => {
@@ -100,8 +150,8 @@ export function parseCompose(text: string, file?: string): ComposeFile {
     };
 
     const dir = file ? path.dirname(path.resolve(file)) : undefined;
-    const containers = Object.keys(root.services).map((name) =>
-        fromComposeService(name, resolve(root, dir, name, []), root.lines[name]),
-    );
+    const containers = Object.keys(root.services)
+        .filter((name) => isMapping(root.services[name]))
+        .map((name) => fromComposeService(name, resolve(root, dir, name, []), root.lines[name], root.volumes));
     return { containers, networks: root.networks, problems };
 }

@@ -1,5 +1,6 @@
 import * as path from "node:path";
 import { containsUnknown, Problem, unverifiable } from "./finding";
+import { interpolate, interpolateDeep, splitOutsideBraces } from "./interpolate";
 
 /**
  * One container, whatever described it (a compose service or a
@@ -50,7 +51,7 @@ function unknownFieldsOf(source: Record<string, unknown>, fields: Record<string,
 /** Runs `check` only when every field it reads is known; otherwise the rule fails closed. */
 export function whenKnown(c: ContainerSpec, fields: ContainerField[], check: () => Problem[]): Problem[] {
     const unknown = fields.filter((f) => c.unknown.has(f));
-    return unknown.length > 0 ? [unverifiable(`${unknown.join(", ")} of ${c.name}`, c.name)] : check();
+    return unknown.length > 0 ? [{ ...unverifiable(`${unknown.join(", ")} of ${c.name}`, c.name), ...(c.line ? { line: c.line } : {}) }] : check();
 }
 
 export interface Mount {
@@ -58,6 +59,8 @@ export interface Mount {
     source?: string;
     target: string;
     type: "bind" | "volume" | "tmpfs" | "other";
+    /** The source is final text (variables already resolved, `$$` already a dollar): nothing in it is a variable. */
+    literal?: boolean;
 }
 
 export interface PortBinding {
@@ -72,8 +75,30 @@ const asStrings = (value: unknown): string[] => (Array.isArray(value) ? value.ma
 
 export const normalizeCapability = (cap: string) => cap.trim().toUpperCase().replace(/^CAP_/, "");
 
-/** A compose service (already merged with what it extends) -> ContainerSpec. */
-export function fromComposeService(name: string, service: Record<string, any>, line?: number): ContainerSpec {
+/** What Compose reads as true in a boolean field: YAML 1.1's yes/on as well (`privileged: yes`). */
+const truthy = (value: unknown) => value === true || /^(true|yes|on|y)$/i.test(String(value ?? ""));
+
+/** Top-level named volumes: name -> definition (driver, driver_opts). */
+export type NamedVolumes = Record<string, any>;
+
+/**
+ * A compose service (already merged with what it extends) -> ContainerSpec. Values
+ * are judged with their variables unset: `${VAR:-default}` is its default, and a
+ * variable without one makes the property unknown (the rules that read it fail closed).
+ */
+export function fromComposeService(name: string, raw: Record<string, any>, line?: number, namedVolumes: NamedVolumes = {}): ContainerSpec {
+    const unknown = unknownFieldsOf(raw, COMPOSE_FIELDS);
+    const service: Record<string, any> = {};
+    for (const [key, value] of Object.entries(raw)) {
+        // Short volume and port syntax is split before it is interpolated (a default may hold a colon).
+        if (key === "volumes" || key === "ports") {
+            service[key] = value;
+            continue;
+        }
+        const resolved = interpolateDeep(value);
+        service[key] = resolved.value;
+        if (resolved.unknown) for (const field of COMPOSE_FIELDS[key] ?? []) unknown.add(field);
+    }
     const limits = service.deploy?.resources?.limits ?? {};
     return {
         name,
@@ -82,7 +107,7 @@ export function fromComposeService(name: string, service: Record<string, any>, l
         image: service.image,
         capDrop: asStrings(service.cap_drop).map(normalizeCapability),
         capAdd: asStrings(service.cap_add).map(normalizeCapability),
-        privileged: service.privileged === true || String(service.privileged).toLowerCase() === "true",
+        privileged: truthy(service.privileged),
         securityOpt: asStrings(service.security_opt),
         namespaces: {
             network: String(service.network_mode ?? ""),
@@ -92,27 +117,59 @@ export function fromComposeService(name: string, service: Record<string, any>, l
             uts: String(service.uts ?? ""),
             cgroup: String(service.cgroup ?? ""),
         },
-        devices: [...asStrings(service.devices).map((d) => (typeof d === "string" ? d : JSON.stringify(d))), ...asStrings(service.device_cgroup_rules)],
-        mounts: (Array.isArray(service.volumes) ? service.volumes : []).map(composeMount),
+        devices: [
+            ...(Array.isArray(service.devices) ? service.devices : service.devices === undefined || service.devices === null ? [] : [service.devices]).map((d: unknown) =>
+                typeof d === "string" ? d : JSON.stringify(d),
+            ),
+            ...asStrings(service.device_cgroup_rules),
+        ],
+        mounts: (Array.isArray(service.volumes) ? service.volumes : []).map((v: unknown) => composeMount(v, namedVolumes)),
         ports: (Array.isArray(service.ports) ? service.ports : []).map(composePort),
         pidsLimit: service.pids_limit ?? limits.pids,
         memoryLimit: service.mem_limit ?? limits.memory,
-        unknown: unknownFieldsOf(service, COMPOSE_FIELDS),
+        unknown,
     };
 }
 
-function composeMount(volume: unknown): Mount {
+/** A part of a short-syntax value: its default when it has one, else as written (so `$VAR` stays visible). */
+function resolvedPart(part: string): string {
+    const resolved = interpolate(part);
+    return resolved.unknown ? part : resolved.value;
+}
+
+/** Whether a short-syntax part has no variable left to resolve. */
+const isLiteral = (part: string) => !interpolate(part).unknown;
+
+function composeMount(volume: unknown, namedVolumes: NamedVolumes): Mount {
+    let mount: Mount;
     if (typeof volume === "string") {
         // SOURCE:TARGET[:MODE] or TARGET; a source that looks like a path is a bind mount.
-        const parts = volume.split(":");
+        const raw = splitOutsideBraces(volume, ":");
+        const parts = raw.map(resolvedPart);
         if (parts.length === 1) return { target: parts[0], type: "volume" };
         const [source, target] = parts;
-        const isPath = /^([./~]|\$)/.test(source);
-        return { source, target, type: isPath ? "bind" : "volume" };
+        const literal = isLiteral(raw[0]);
+        const isPath = literal ? /^[./~]/.test(source) : /^([./~]|\$)/.test(source);
+        mount = { source, target, type: isPath ? "bind" : "volume", literal };
+    } else {
+        const long = interpolateDeep(volume ?? {}).value as { type?: string; source?: string; target?: string };
+        const type = long.type === "bind" || long.type === "volume" || long.type === "tmpfs" ? long.type : "other";
+        const literal = typeof (volume as { source?: unknown })?.source !== "string" || isLiteral((volume as { source: string }).source);
+        mount = { source: long.source === undefined ? undefined : String(long.source), target: String(long.target ?? ""), type, literal };
     }
-    const long = (volume ?? {}) as { type?: string; source?: string; target?: string };
-    const type = long.type === "bind" || long.type === "volume" || long.type === "tmpfs" ? long.type : "other";
-    return { source: long.source, target: String(long.target ?? ""), type };
+    return mount.type === "volume" && mount.source ? throughNamedVolume(mount, namedVolumes) : mount;
+}
+
+/**
+ * A named volume whose local driver bind-mounts a host directory
+ * (`driver_opts: {type: none, o: bind, device: /var/run}`) is that bind mount.
+ */
+function throughNamedVolume(mount: Mount, namedVolumes: NamedVolumes): Mount {
+    const definition = namedVolumes[mount.source!];
+    const opts = interpolateDeep(definition?.driver_opts ?? {}).value as Record<string, unknown>;
+    const options = String(opts.o ?? "").split(",").map((o) => o.trim());
+    if (!options.includes("bind") && !options.includes("rbind")) return mount;
+    return { source: String(opts.device ?? ""), target: mount.target, type: "bind", literal: true };
 }
 
 function composePort(port: unknown): PortBinding {
@@ -121,12 +178,12 @@ function composePort(port: unknown): PortBinding {
         const spec = port.replace(/\/(tcp|udp|sctp)$/, "");
         const v6 = /^\[([^\]]+)\]:([^:]*):(.+)$/.exec(spec);
         if (v6) return { hostIp: v6[1], published: v6[2], target: v6[3], text: port };
-        const parts = spec.split(":");
+        const parts = splitOutsideBraces(spec, ":").map(resolvedPart);
         if (parts.length >= 3) return { hostIp: parts.slice(0, -2).join(":"), published: parts[parts.length - 2], target: parts[parts.length - 1], text: port };
         if (parts.length === 2) return { published: parts[0], target: parts[1], text: port };
         return { target: parts[0], text: port };
     }
-    const long = (port ?? {}) as { host_ip?: string; published?: unknown; target?: unknown };
+    const long = interpolateDeep(port ?? {}).value as { host_ip?: string; published?: unknown; target?: unknown };
     return {
         hostIp: long.host_ip,
         published: long.published === undefined ? undefined : String(long.published),
@@ -185,13 +242,13 @@ export function fromDockerContainer(name: string, inputs: Record<string, any>): 
  * take on a host (`/home/*`, `/run/user/*`); undefined when another variable makes it
  * unknowable, or when it is not a host path at all.
  */
-export function hostPathOf(source: string | undefined): string | undefined | "unknowable" {
+export function hostPathOf(source: string | undefined, literal = false): string | undefined | "unknowable" {
     if (!source) return undefined;
-    let p = source
-        .replace(/^~(?=\/|$)/, "/home/*")
-        .replace(/\$\{HOME\}|\$HOME\b/g, "/home/*")
-        .replace(/\$\{XDG_RUNTIME_DIR\}|\$XDG_RUNTIME_DIR\b/g, "/run/user/*");
-    if (/\$/.test(p)) return "unknowable";
+    let p = source.replace(/^~(?=\/|$)/, "/home/*");
+    if (!literal) {
+        p = p.replace(/\$\{HOME\}|\$HOME\b/g, "/home/*").replace(/\$\{XDG_RUNTIME_DIR\}|\$XDG_RUNTIME_DIR\b/g, "/run/user/*");
+        if (/\$/.test(p)) return "unknowable";
+    }
     if (!p.startsWith("/")) return undefined; // relative to the compose file, or a named volume
     p = path.posix.normalize(p);
     return p.length > 1 ? p.replace(/\/$/, "") : p;

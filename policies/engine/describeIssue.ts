@@ -6,11 +6,12 @@ import type { z } from "zod";
  * `{ reportInput: true }` so the issue carries what was found.
  */
 export function describeIssue(issue: z.core.$ZodIssue): string {
+    const missing = !("input" in issue) || issue.input === undefined;
     switch (issue.code) {
         case "invalid_type":
-            return "input" in issue ? `expected ${article(issue.expected)}, got ${found(issue.input)}` : `missing (expected ${article(issue.expected)})`;
+            return missing ? `missing (expected ${article(issue.expected)})` : `expected ${article(issue.expected)}, got ${found(issue.input)}`;
         case "invalid_value":
-            return `expected one of ${issue.values.map(String).join(", ")}${"input" in issue ? `, got ${found(issue.input)}` : ""}`;
+            return missing ? `missing (expected one of ${issue.values.map(String).join(", ")})` : `expected one of ${issue.values.map(String).join(", ")}, got ${found(issue.input)}`;
         case "unrecognized_keys":
             return `unknown key${issue.keys.length > 1 ? "s" : ""} ${issue.keys.join(", ")}`;
         case "too_small":
@@ -18,10 +19,11 @@ export function describeIssue(issue: z.core.$ZodIssue): string {
             const bound = issue.code === "too_small" ? (issue.minimum as number | bigint) : (issue.maximum as number | bigint);
             const word = issue.code === "too_small" ? "at least" : "at most";
             const what = issue.origin === "array" ? ` item${Number(bound) === 1 ? "" : "s"}` : issue.origin === "string" ? ` character${Number(bound) === 1 ? "" : "s"}` : "";
-            return `expected ${word} ${bound}${what}${"input" in issue ? `, got ${found(issue.input)}` : ""}`;
+            return `expected ${word} ${bound}${what}${missing ? "" : `, got ${found(issue.input)}`}`;
         }
         default:
-            return `${issue.message.split("\n")[0].trim()}${"input" in issue && issue.input !== undefined ? `, got ${found(issue.input)}` : ""}`;
+            // What was found, when it is the value itself (a refinement of a whole mapping says enough).
+            return `${issue.message.split("\n")[0].trim()}${missing || (issue.input !== null && typeof issue.input === "object") ? "" : `, got ${found(issue.input)}`}`;
     }
 }
 

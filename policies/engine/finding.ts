@@ -10,13 +10,23 @@ export interface Problem {
     where?: string;
     /** The rule needed a value it could not see: fail closed. */
     unverifiable?: boolean;
+    /** A fix for this case, when the rule's general remediation would be wrong or vague for it. */
+    fix?: string;
+}
+
+/** A file inside the one judged: a write_files entry, a Stash's cloud-init.yaml. */
+export interface InnerLocation {
+    file: string;
+    line?: number;
 }
 
 export interface Finding extends Problem {
     rule: string;
     remediation: string;
-    /** The artifact file (check), or the artifact's path inside a resource (gate). */
+    /** The file `line` is in: the file checked, or the artifact's name inside a resource (front ends set a real path). */
     file?: string;
+    /** Files nested inside `file`, outermost first, down to the one the problem is in. */
+    within?: InnerLocation[];
     /** URN of the resource the artifact came from (gate, pack). */
     resource?: string;
     /** Set by the policy's enforcement level: an advisory finding is reported but does not fail. */

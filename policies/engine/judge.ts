@@ -9,6 +9,7 @@ import { Finding, isHidden, Problem, RuleInfo } from "./finding";
 import { PlannedResourceLike, TYPES } from "./resource";
 import type { Rule } from "./rule";
 import { parseSshd } from "./sshd";
+import { parseStackFile } from "./stackFile";
 
 /**
  * The one place artifacts meet rules. Every front end (the CrossGuard pack,
@@ -23,6 +24,20 @@ interface Origin {
     resource?: string;
 }
 
+/**
+ * Findings about a file embedded in another: `line` becomes the line in the outer
+ * document (exact for a literal block, else the entry's line), and the inner file
+ * and line go to `within`.
+ */
+function nested(findings: Finding[], outer: Origin, inner: { path: string; line?: number; contentLine?: number }): Finding[] {
+    return findings.map((f) => ({
+        ...f,
+        ...outer,
+        line: f.line !== undefined && inner.contentLine !== undefined ? inner.contentLine + f.line - 1 : inner.line,
+        within: [{ file: inner.path, ...(f.line !== undefined ? { line: f.line } : {}) }, ...(f.within ?? [])],
+    }));
+}
+
 const rulesOf = <K extends Rule["kind"]>(kind: K) => RULES.filter((r): r is Extract<Rule, { kind: K }> => r.kind === kind);
 
 function stamp(rule: Pick<Rule, "id" | "remediation">, problems: Problem[], origin: Origin): Finding[] {
@@ -35,11 +50,25 @@ export const PARSE_RULES: RuleInfo[] = [
     { id: "compose-parses", description: "A compose file must parse and every `extends` must resolve before its services are judged.", remediation: "Fix the YAML and make every `extends` resolvable." },
     { id: "cloud-init-parses", description: "user_data must be #cloud-config (or a script) that parses; MIME, Jinja or compressed user_data cannot be judged.", remediation: "Render plain #cloud-config." },
 ];
+/** The preview itself (`airlock check preview.json`); not a pack policy: CrossGuard hands the pack resources, not a file. */
+export const PREVIEW_PARSES: RuleInfo = {
+    id: "preview-parses",
+    description: "A preview (`pulumi preview --json`, `pulumi stack export`) must hold resources to judge.",
+    remediation: "Pass the complete output of `pulumi preview --json` or `pulumi stack export`.",
+};
 const parseRule = (kind: ArtifactKind) => PARSE_RULES.find((r) => r.id === `${kind}-parses`)!;
+export const parseRuleOf = (kind: ArtifactKind | "preview"): RuleInfo => (kind === "preview" ? PREVIEW_PARSES : parseRule(kind));
 
-function unparsable(kind: ArtifactKind, message: string, origin: Origin): Finding[] {
-    return stamp(parseRule(kind), [{ message: `unverifiable: ${message}`, unverifiable: true }], origin);
+function unparsable(kind: ArtifactKind, message: string, origin: Origin, line?: number): Finding[] {
+    return stamp(parseRule(kind), [{ message: `unverifiable: ${message}`, unverifiable: true, ...(line ? { line } : {}), fix: FIX_UNPARSABLE[kind] }], origin);
 }
+
+/** What to do about an artifact that cannot be read at all. */
+const FIX_UNPARSABLE: Record<ArtifactKind, string> = {
+    compose: "Make it a valid compose file: fix the YAML (the line above), declare its services under `services:`.",
+    sshd: "Make it a complete sshd_config.",
+    "cloud-init": "Render plain #cloud-config (or a script) that parses, with write_files content that decodes.",
+};
 
 export function judgeSshd(text: string, ctx: JudgeContext, origin: Origin = {}, fragment = false): Finding[] {
     const config = parseSshd(text, fragment);
@@ -68,7 +97,7 @@ export function judgeCompose(text: string, ctx: JudgeContext, origin: Origin = {
     try {
         return judgeComposeFile(parseCompose(text, origin.file), ctx, origin);
     } catch (err) {
-        if (err instanceof ComposeParseError) return unparsable("compose", err.message, origin);
+        if (err instanceof ComposeParseError) return unparsable("compose", err.message, origin, err.line);
         throw err;
     }
 }
@@ -83,13 +112,21 @@ export function embeddedKind(hostPath: string): { kind: "sshd" | "compose"; frag
 
 export function judgeCloudInitDoc(doc: CloudInitDoc, ctx: JudgeContext, origin: Origin = {}): Finding[] {
     const findings = rulesOf("cloud-init").flatMap((rule) => stamp(rule, rule.check(doc, ctx), origin));
-    for (const file of doc.files) {
+    // A file whose content cannot be read hides it from every rule: fail closed.
+    for (const file of doc.files.filter((f) => f.undecodable)) {
+        findings.push(
+            ...stamp(
+                parseRule("cloud-init"),
+                [{ message: `unverifiable: write_files[${file.index}] (${file.path}) ${file.undecodable}`, line: file.line, where: `write_files[${file.index}]`, unverifiable: true, fix: FIX_UNPARSABLE["cloud-init"] }],
+                origin,
+            ),
+        );
+    }
+    for (const file of doc.files.filter((f) => !f.undecodable)) {
         const embedded = embeddedKind(file.path);
         if (!embedded) continue;
-        const inner = { ...origin, file: `${origin.file ?? "user_data"} > ${file.path}` };
-        findings.push(
-            ...(embedded.kind === "sshd" ? judgeSshd(file.content, ctx, inner, embedded.fragment) : judgeCompose(file.content, ctx, inner)),
-        );
+        const inner = embedded.kind === "sshd" ? judgeSshd(file.content, ctx, {}, embedded.fragment) : judgeCompose(file.content, ctx, {});
+        findings.push(...nested(inner, origin, file));
     }
     return findings;
 }
@@ -98,7 +135,7 @@ export function judgeCloudInit(text: string, ctx: JudgeContext, origin: Origin =
     try {
         return judgeCloudInitDoc(parseCloudInit(text), ctx, origin);
     } catch (err) {
-        if (err instanceof CloudInitParseError) return unparsable("cloud-init", err.message, origin);
+        if (err instanceof CloudInitParseError) return unparsable("cloud-init", err.message, origin, err.line);
         throw err;
     }
 }
@@ -150,6 +187,12 @@ export function judgeResource(resource: PlannedResourceLike, ctx: JudgeContext):
         findings.push(...rulesOf("container").flatMap((rule) => stamp(rule, rule.check(container, ctx), origin)));
     }
     return findings;
+}
+
+/** A stack file's own problems (credentials in clear); the stack's resources are judged by judgeResources. */
+export function judgeStackFile(text: string, ctx: JudgeContext, origin: Origin = {}): Finding[] {
+    const doc = parseStackFile(text);
+    return doc ? rulesOf("stack-file").flatMap((rule) => stamp(rule, rule.check(doc, ctx), origin)) : [];
 }
 
 /** Everything: each resource, then the rules that need the whole stack. */

@@ -22,6 +22,10 @@ export interface SshdConfig {
     matches: MatchBlock[];
     /** A drop-in fragment, not a whole config: "must be present" rules do not apply. */
     fragment: boolean;
+    /** keyword -> its lines, in file order (every lookup is linear in the config, not quadratic). */
+    byKeyword: Map<string, SshdLine[]>;
+    /** keyword -> block (-1 global) -> the first line setting it there, blocks in file order. */
+    firstIn: Map<string, Map<number, SshdLine>>;
 }
 
 /** Keywords whose every occurrence counts. */
@@ -45,7 +49,7 @@ function tokenize(text: string): string[] {
 export function parseSshd(text: string, fragment = false): SshdConfig {
     const lines: SshdLine[] = [];
     const matches: MatchBlock[] = [];
-    text.split("\n").forEach((raw, index) => {
+    text.replace(/^\uFEFF/, "").split("\n").forEach((raw, index) => {
         const content = raw.replace(/^\s+/, "");
         if (content === "" || content.startsWith("#")) return;
         // "Keyword value", "Keyword=value" and "Keyword = value" are all valid.
@@ -65,8 +69,23 @@ export function parseSshd(text: string, fragment = false): SshdConfig {
         }
         lines.push({ keyword: ALIASES[keyword] ?? keyword, args, line: index + 1, block: matches.length - 1 });
     });
-    return { lines, matches, fragment };
+    const byKeyword = new Map<string, SshdLine[]>();
+    const firstIn = new Map<string, Map<number, SshdLine>>();
+    for (const line of lines) {
+        const same = byKeyword.get(line.keyword);
+        if (same) same.push(line);
+        else byKeyword.set(line.keyword, [line]);
+        const blocks = firstIn.get(line.keyword) ?? new Map<number, SshdLine>();
+        if (!blocks.has(line.block)) blocks.set(line.block, line);
+        firstIn.set(line.keyword, blocks);
+    }
+    return { lines, matches, fragment, byKeyword, firstIn };
 }
+
+/** The first line setting `keyword` in `block` (-1: global), if any. */
+export const firstIn = (config: SshdConfig, keyword: string, block: number): SshdLine | undefined => config.firstIn.get(keyword)?.get(block);
+
+const patterns = new Map<string, RegExp>();
 
 /** sshd's pattern lists: comma-separated, `*` and `?` wildcards, `!` negation. */
 export function matchesPatternList(value: string, list: string): boolean {
@@ -74,7 +93,11 @@ export function matchesPatternList(value: string, list: string): boolean {
     for (const raw of list.split(",")) {
         const negated = raw.startsWith("!");
         const pattern = negated ? raw.slice(1) : raw;
-        const re = new RegExp(`^${pattern.replace(/[.+^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".")}$`);
+        let re = patterns.get(pattern);
+        if (!re) {
+            re = new RegExp(`^${pattern.replace(/[.+^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".")}$`);
+            patterns.set(pattern, re);
+        }
         if (re.test(value)) {
             if (negated) return false;
             matched = true;
@@ -110,18 +133,15 @@ export interface Setting {
 
 /** The value sshd applies for `keyword` to a login by `user` (blocks that only MAY apply are ignored). */
 export function effective(config: SshdConfig, keyword: string, user: string): Setting | undefined {
-    const fromBlocks = config.lines.find(
-        (l) => l.keyword === keyword && l.block >= 0 && blockApplies(config.matches[l.block], user) === "yes",
-    );
-    const global = config.lines.find((l) => l.keyword === keyword && l.block === -1);
+    const fromBlocks = (config.byKeyword.get(keyword) ?? []).find((l) => l.block >= 0 && blockApplies(config.matches[l.block], user) === "yes");
+    const global = firstIn(config, keyword, -1);
     const hit = fromBlocks ?? global;
     return hit ? { value: hit.args, line: hit.line, block: hit.block } : undefined;
 }
 
 /** Every occurrence of a cumulative keyword that may apply to `user`. */
 export function allValues(config: SshdConfig, keyword: string, user?: string): Setting[] {
-    return config.lines
-        .filter((l) => l.keyword === keyword)
+    return (config.byKeyword.get(keyword) ?? [])
         .filter((l) => user === undefined || l.block === -1 || blockApplies(config.matches[l.block], user) !== "no")
         .map((l) => ({ value: l.args, line: l.line, block: l.block }));
 }
@@ -132,12 +152,11 @@ export function allValues(config: SshdConfig, keyword: string, user?: string): S
  */
 export function valuesInEveryContext(config: SshdConfig, keyword: string): { setting: Setting | undefined; context: string }[] {
     if (CUMULATIVE.has(keyword)) throw new Error(`${keyword} is cumulative`);
-    const global = config.lines.find((l) => l.keyword === keyword && l.block === -1);
+    const global = firstIn(config, keyword, -1);
     const contexts = [{ setting: global ? { value: global.args, line: global.line, block: -1 } : undefined, context: "global" }];
-    config.matches.forEach((block, index) => {
-        const own = config.lines.find((l) => l.keyword === keyword && l.block === index);
-        if (own) contexts.push({ setting: { value: own.args, line: own.line, block: index }, context: `Match at line ${block.line}` });
-    });
+    for (const [block, own] of config.firstIn.get(keyword) ?? []) {
+        if (block >= 0) contexts.push({ setting: { value: own.args, line: own.line, block }, context: `Match at line ${config.matches[block].line}` });
+    }
     return contexts;
 }
 

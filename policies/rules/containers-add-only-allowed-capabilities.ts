@@ -13,6 +13,6 @@ export const containersAddOnlyAllowedCapabilities: Rule = {
         whenKnown(c, ["capAdd"], () =>
             c.capAdd
             .filter((cap) => !ALLOWED_CAPABILITIES.includes(cap))
-            .map((cap) => ({ message: `${c.name} adds capability ${cap}`, line: c.line, where: c.name })),
+            .map((cap) => ({ message: `${c.name} adds capability ${cap}`, line: c.line, where: c.name, fix: `Remove ${cap} from cap_add; keep at most ${ALLOWED_CAPABILITIES.join(", ")}.` })),
         ),
 };

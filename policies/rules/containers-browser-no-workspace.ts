@@ -11,11 +11,13 @@ export const containersBrowserNoWorkspace: Rule = {
         "reach the agent's files.",
     remediation: "Remove the /workspace mount from the browser service; exchange files through the agent's shell instead.",
     check: (c) =>
-        whenKnown(c, ["mounts", "image"], () => {
-            const isBrowser = BROWSER.test(c.name) || /browser/i.test(c.name) || (typeof c.image === "string" && BROWSER.test(c.image));
-            if (!isBrowser) return [];
-            return c.mounts
-                .filter((m) => /^\/workspace(\/|$)/.test(m.target))
-                .map((m) => ({ message: `browser service ${c.name} mounts ${m.target}`, line: c.line, where: c.name }));
+        whenKnown(c, ["mounts"], () => {
+            const workspace = c.mounts.filter((m) => /^\/workspace(\/|$)/.test(m.target));
+            if (workspace.length === 0) return [];
+            // Only a container that mounts /workspace needs to be told apart from a browser.
+            return whenKnown(c, ["image"], () => {
+                const isBrowser = BROWSER.test(c.name) || /browser/i.test(c.name) || (typeof c.image === "string" && BROWSER.test(c.image));
+                return isBrowser ? workspace.map((m) => ({ message: `browser service ${c.name} mounts ${m.target}`, line: c.line, where: c.name })) : [];
+            });
         }),
 };

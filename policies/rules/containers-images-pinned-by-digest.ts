@@ -14,6 +14,15 @@ export const containersImagesPinnedByDigest: Rule = {
     check: (c) =>
         whenKnown(c, ["image"], () => {
             if (typeof c.image !== "string" || c.image === "") return [{ message: `${c.name} has no image (a local build is not pinned)`, line: c.line, where: c.name }];
-            return PINNED.test(c.image) || c.image === BUILT_SANDBOX_SHELL_PLACEHOLDER ? [] : [{ message: `${c.name} image ${c.image} is not pinned by digest`, line: c.line, where: c.name }];
+            if (PINNED.test(c.image) || c.image === BUILT_SANDBOX_SHELL_PLACEHOLDER) return [];
+            const reference = c.image.replace(/@.*$/, "");
+            return [
+                {
+                    message: `${c.name} image ${c.image} is not pinned by digest`,
+                    line: c.line,
+                    where: c.name,
+                    fix: `Pin it: \`docker buildx imagetools inspect ${reference}\` prints the digest; write image: ${reference}@sha256:<that digest>.`,
+                },
+            ];
         }),
 };

@@ -23,7 +23,7 @@ export const containersNoDockerSocket: Rule = {
             const problems: Problem[] = [];
             for (const mount of c.mounts) {
                 if (mount.type !== "bind" && mount.type !== "other") continue;
-                const host = hostPathOf(mount.source);
+                const host = hostPathOf(mount.source, mount.literal);
                 if (host === "unknowable") {
                     problems.push({ message: `${c.name} mounts ${mount.source}, whose host path depends on a variable`, line: c.line, where: c.name, unverifiable: true });
                 } else if (host && ENGINE_SOCKETS.some((socket) => coversPath(host, socket))) {

@@ -14,7 +14,7 @@ export const containersNoHostSecretMounts: Rule = {
             c.mounts
             .filter((m) => m.type === "bind" || m.type === "other")
             .filter((m) => {
-                const host = hostPathOf(m.source);
+                const host = hostPathOf(m.source, m.literal);
                 return typeof host === "string" && host !== "unknowable" && SECRET_PATHS.some((secret) => coversPath(host, secret));
             })
             .map((m) => ({ message: `${c.name} mounts host path ${m.source}`, line: c.line, where: c.name })),

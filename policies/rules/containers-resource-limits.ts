@@ -20,7 +20,16 @@ export const containersResourceLimits: Rule = {
         whenKnown(c, ["pidsLimit", "memoryLimit"], () => {
             const problems: Problem[] = [];
             for (const [label, value] of [["pids", c.pidsLimit], ["memory", c.memoryLimit]] as const) {
-                if (!finite(value)) problems.push({ message: `${c.name} has no finite ${label} limit`, line: c.line, where: c.name });
+                if (finite(value)) continue;
+                const fix =
+                    c.origin === "docker:Container"
+                        ? label === "pids"
+                            ? "A docker Container resource cannot set a pids limit: run the workload from the rendered compose file."
+                            : "Set memory (MB) on the Container."
+                        : label === "pids"
+                          ? "Set `pids_limit: 256` (or deploy.resources.limits.pids)."
+                          : "Set `mem_limit: 3g` (or deploy.resources.limits.memory).";
+                problems.push({ message: `${c.name} has no finite ${label} limit`, line: c.line, where: c.name, fix });
             }
             return problems;
         }),

@@ -2,6 +2,7 @@ import type { Rule } from "../engine/rule";
 import { b2BucketsRetainHiddenVersions } from "./b2-buckets-retain-hidden-versions";
 import { b2HostKeysLeastPrivilege } from "./b2-host-keys-least-privilege";
 import { cloudInitNoPasswordlessSudoForAgent } from "./cloud-init-no-passwordless-sudo-for-agent";
+import { cloudInitNoPasswords } from "./cloud-init-no-passwords";
 import { cloudInitNoPipeToShell } from "./cloud-init-no-pipe-to-shell";
 import { cloudInitNoSecrets } from "./cloud-init-no-secrets";
 import { cloudInitNoTailscaleSsh } from "./cloud-init-no-tailscale-ssh";
@@ -31,6 +32,7 @@ import { sshdNoRootLogin } from "./sshd-no-root-login";
 import { sshdNoTunnel } from "./sshd-no-tunnel";
 import { sshdNoUserEnvironment } from "./sshd-no-user-environment";
 import { sshdNoX11Forwarding } from "./sshd-no-x11-forwarding";
+import { stackSecretsEncrypted } from "./stack-secrets-encrypted";
 import { tailnetAclNoWildcards } from "./tailnet-acl-no-wildcards";
 import { tailscaleKeysSingleUse } from "./tailscale-keys-single-use";
 
@@ -39,6 +41,7 @@ export const RULES: Rule[] = [
     b2BucketsRetainHiddenVersions,
     b2HostKeysLeastPrivilege,
     cloudInitNoPasswordlessSudoForAgent,
+    cloudInitNoPasswords,
     cloudInitNoPipeToShell,
     cloudInitNoSecrets,
     cloudInitNoTailscaleSsh,
@@ -68,6 +71,7 @@ export const RULES: Rule[] = [
     sshdNoTunnel,
     sshdNoUserEnvironment,
     sshdNoX11Forwarding,
+    stackSecretsEncrypted,
     tailnetAclNoWildcards,
     tailscaleKeysSingleUse,
 ];

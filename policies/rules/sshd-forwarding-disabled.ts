@@ -1,14 +1,12 @@
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
-import type { SshdConfig } from "../engine/sshd";
+import { firstIn, SshdConfig } from "../engine/sshd";
 
 const EACH_FORWARDING = ["allowtcpforwarding", "allowstreamlocalforwarding", "allowagentforwarding", "x11forwarding"];
 
 /** The value in a context: that Match block's own setting, else the global one. */
 function valueIn(config: SshdConfig, keyword: string, block: number): string | undefined {
-    const own = config.lines.find((l) => l.keyword === keyword && l.block === block);
-    const global = config.lines.find((l) => l.keyword === keyword && l.block === -1);
-    return (own ?? global)?.args[0]?.toLowerCase();
+    return (firstIn(config, keyword, block) ?? firstIn(config, keyword, -1))?.args[0]?.toLowerCase();
 }
 
 export const sshdForwardingDisabled: Rule = {

@@ -15,8 +15,10 @@ readonly ENV_DIR="${AIRLOCK_BACKUP_ENV_DIR:-/etc/airlock/backup}"
 readonly CLEAN_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 # systemd gives services no $HOME: restic's cache is named explicitly.
 readonly RESTIC_CACHE="${RESTIC_CACHE_DIR:-/var/cache/airlock-restic}"
-# How a command reaches the sandbox's shell container: the agent's pinned, multiplexed ssh.
-readonly SANDBOX_EXEC="${AIRLOCK_SANDBOX_EXEC:-runuser -u {{agentUser}} -- ssh sandbox}"
+# How a command reaches the sandbox's shell container: the agent's pinned ssh, with the
+# rendered client settings only and a connection of its own (nothing the agent user
+# wrote in its ~/.ssh is read or reused).
+readonly SANDBOX_EXEC="${AIRLOCK_SANDBOX_EXEC:-{{sandboxSsh}}}"
 # The unprivileged user that restores and reads everything that came from the sandbox.
 readonly DRILL_USER=airlock-drill
 # A hostile dump can make a restore spin; the confinement is killed after this.
@@ -106,7 +108,8 @@ new_scratch() {
 	local scratch uid gid
 	uid="$(id -u "$DRILL_USER" 2>/dev/null)" || fail "the unprivileged user ${DRILL_USER} is missing (the gateway's cloud-init creates it)"
 	gid="$(id -g "$DRILL_USER")"
-	scratch="$(mktemp -d /var/tmp/airlock-drill.XXXXXX)"
+	# Under /var/tmp (on disk, not in memory); the drill checks each archive fits before restoring it.
+	scratch="$(mktemp -d "${AIRLOCK_SCRATCH_DIR:-/var/tmp}/airlock-drill.XXXXXX")"
 	install -d -m 0750 -o root -g "$gid" "$scratch/input" "$scratch/etc"
 	install -d -m 0700 -o "$uid" -g "$gid" "$scratch/work"
 	printf '%s:x:%s:%s::/work:/usr/sbin/nologin\n' "$DRILL_USER" "$uid" "$gid" >"$scratch/etc/passwd"

@@ -26,12 +26,12 @@ export const SANDBOX_INTERFACES = [
     "ip -6 route add fd7a:115c:a1e0::/48 dev tailscale0",
 ].join(" && ");
 
-/** The rendered rules with the agent's uid moved to `uid` (the test's stand-in for the agent). */
+/** The rendered rules with the agent's uid moved to `uid` (the test's stand-in for the agent); its subordinate ids stay. */
 export function egressRulesFor(sandbox: RenderedHost, agentUid: number, uid: number): string {
     const rules = renderedFile(sandbox, EGRESS_RULES_PATH);
-    const marker = `meta skuid != ${agentUid} accept`;
+    const marker = `meta skuid != { ${agentUid}, `;
     if (!rules.includes(marker)) throw new Error(`the egress rules no longer say "${marker}"`);
-    return rules.replace(marker, `meta skuid != ${uid} accept`);
+    return rules.replace(marker, `meta skuid != { ${uid}, `);
 }
 
 /**
@@ -46,6 +46,12 @@ export function inEgressNamespace(rulesFile: string | undefined, argv: string[])
 
 /** What happens to a datagram sent to `address`/`port` by the calling process: "blocked" (EPERM) or "sent". */
 export const PROBE_SCRIPT = `if err="$(LC_ALL=C bash -c "printf x >/dev/udp/$0/$1" 2>&1)"; then echo sent; elif [[ "$err" == *"Operation not permitted"* ]]; then echo blocked; else echo "failed: $err"; fi`;
+
+/** Probes from inside network namespace `netns`, as the numeric `uid` (no account needed). */
+export function probeAsUid(netns: string, uid: number, address: string, port: number): string {
+    const result = run("ip", ["netns", "exec", netns, "setpriv", `--reuid=${uid}`, `--regid=${uid}`, "--clear-groups", "--", "bash", "-c", PROBE_SCRIPT, address, String(port)]);
+    return result.stdout.trim() || result.stderr.trim();
+}
 
 /** Probes from inside network namespace `netns`, as `user`. */
 export function probeIn(netns: string, user: string, address: string, port: number): string {

@@ -1,0 +1,174 @@
+import { execFileSync, spawnSync } from "node:child_process";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import * as YAML from "yaml";
+import { describe, expect, it } from "vitest";
+import { AIRLOCK_BIN } from "./helpers/cli";
+import { REPO, STACKS_DIR, tempDir } from "./helpers/stacks";
+
+/**
+ * The README's doc test: every airlock command in it is run, every sample output
+ * is what the command prints, so the README cannot drift. A code block is either a
+ * shell block (each airlock command in it runs; other tools are listed below as
+ * external), or carries a `<!-- doc-test: NAME -->` marker naming how it is checked.
+ */
+
+interface Block {
+    lang: string;
+    text: string;
+    line: number;
+    marker?: string;
+}
+
+const README = fs.readFileSync(path.join(REPO, "README.md"), "utf8");
+
+function blocks(): Block[] {
+    const out: Block[] = [];
+    const lines = README.split("\n");
+    for (let i = 0; i < lines.length; i++) {
+        const open = /^```(\S*)$/.exec(lines[i]);
+        if (!open) continue;
+        const end = lines.indexOf("```", i + 1);
+        const marker = /^<!-- doc-test: ([\w-]+) -->$/.exec(lines[i - 1] ?? "")?.[1];
+        out.push({ lang: open[1], text: lines.slice(i + 1, end).join("\n"), line: i + 1, marker });
+        i = end;
+    }
+    return out;
+}
+
+/** Commands of other tools, shown for the reader to run against real clouds or hosts. */
+const EXTERNAL = /^(pulumi |ssh |git add |sudo test\/run\.sh|export |creds=|for |done$|GITHUB_TOKEN=|#)/;
+const AIRLOCK = /^(npm run -s airlock -- |npm run plan|npx airlock |airlock )/;
+
+/**
+ * A workspace shaped like the repository root for the commands: the stacks, the
+ * test fixtures the README's samples read, an npm script and an `airlock` on PATH
+ * for the bin. Nothing a command writes lands in the repository.
+ */
+function workspace(): string {
+    const dir = tempDir("readme");
+    fs.cpSync(STACKS_DIR, path.join(dir, "stacks"), { recursive: true });
+    fs.cpSync(path.join(REPO, "test/fixtures"), path.join(dir, "test/fixtures"), { recursive: true });
+    fs.writeFileSync(path.join(dir, "package.json"), JSON.stringify({ name: "readme-workspace", private: true, scripts: { airlock: `node ${AIRLOCK_BIN}`, plan: `node ${AIRLOCK_BIN} plan --stack dev` } }));
+    fs.mkdirSync(path.join(dir, ".bin"));
+    fs.writeFileSync(path.join(dir, ".bin", "airlock"), `#!/bin/sh\nexec ${process.execPath} ${AIRLOCK_BIN} "$@"\n`, { mode: 0o755 });
+    return dir;
+}
+
+function sh(command: string, cwd: string) {
+    const env = { ...process.env, npm_config_loglevel: "error", PATH: `${path.join(cwd, ".bin")}:${process.env.PATH}` };
+    const result = spawnSync("bash", ["-o", "pipefail", "-c", command], { cwd, encoding: "utf8", env, timeout: 300_000 });
+    return { status: result.status, stdout: result.stdout, stderr: result.stderr.split("\n").filter((l) => !/^npm warn/.test(l)).join("\n") };
+}
+
+/** `$ command` lines and the output the README shows after each. */
+function transcript(text: string): { command: string; output: string }[] {
+    const steps: { command: string; output: string[] }[] = [];
+    for (const line of text.split("\n")) {
+        if (line.startsWith("$ ")) steps.push({ command: line.slice(2), output: [] });
+        else steps[steps.length - 1].output.push(line);
+    }
+    return steps.map((s) => ({ command: s.command, output: s.output.length > 0 ? `${s.output.join("\n")}\n` : "" }));
+}
+
+const all = blocks();
+
+describe("README", () => {
+    it("every code block is a shell block or names its doc test", () => {
+        expect(all.length).toBeGreaterThan(8);
+        for (const b of all) expect(b.lang === "sh" || b.marker !== undefined, `README.md:${b.line}: a \`\`\`${b.lang} block without a doc-test marker`).toBe(true);
+    });
+
+    it("links the design notes inside the repository", () => {
+        expect(README).toContain("[docs/design.md](docs/design.md)");
+        expect(README).not.toMatch(/\.\.\/shared|DESIGN\.md/);
+        expect(fs.readFileSync(path.join(REPO, "docs/design.md"), "utf8")).toMatch(/^# airlock: design/);
+    });
+
+    it.each(all.filter((b) => b.lang === "sh").map((b) => [b.line, b] as const))("the shell block at line %i: airlock commands run, the rest are other tools", (_, block) => {
+        const cwd = workspace();
+        const lines = block.text.split("\n").filter((l) => l.trim() !== "" && !/^\s/.test(l));
+        for (const line of lines) {
+            const command = line.replace(/\s+#.*$/, "");
+            if (command === "npm ci && npm run plan") continue; // run from a clean clone below
+            if (!AIRLOCK.test(command)) {
+                expect(command, `README.md:${block.line}: neither an airlock command nor a known external tool`).toMatch(EXTERNAL);
+                continue;
+            }
+            const result = sh(command, cwd);
+            expect(result.stderr, command).not.toMatch(/internal error|Error:/);
+            // doctor reports what this machine lacks (exit 1); every other command succeeds here.
+            expect(result.status, `${command}\n${result.stdout}${result.stderr}`).toBe(/ doctor /.test(command) ? 1 : 0);
+            if (/\| jq /.test(command)) expect(result.stdout).toMatch(/"hostname": "airlock-prod-(gateway|sandbox)"/);
+        }
+    });
+
+    it("npm ci && npm run plan works from a clean clone, offline", () => {
+        const clone = tempDir("clean-clone");
+        const files = execFileSync("git", ["ls-files", "-z", "--cached", "--others", "--exclude-standard"], { cwd: REPO, encoding: "utf8" }).split("\0").filter(Boolean);
+        for (const file of files.filter((f) => fs.existsSync(path.join(REPO, f)))) fs.cpSync(path.join(REPO, file), path.join(clone, file));
+        const result = sh("npm ci --offline --no-audit --no-fund >/dev/null && npm run plan", clone);
+        expect(result.status, result.stdout + result.stderr).toBe(0);
+        expect(result.stdout).toMatch(/^gate: clean$/m);
+        expect(fs.existsSync(path.join(clone, "out/dev/.airlock-plan"))).toBe(true);
+    }, 600_000);
+
+    it.each(all.filter((b) => b.lang === "console").map((b) => [b.marker, b] as const))("sample output %s is what the commands print", (marker, block) => {
+        const cwd = workspace();
+        if (marker === "bad-stack") {
+            const file = path.join(cwd, "stacks/Pulumi.dev.yaml");
+            const doc = YAML.parseDocument(fs.readFileSync(file, "utf8"));
+            doc.setIn(["config", "airlock:sandbox", "workspaceVolumeGb"], "ten");
+            doc.setIn(["config", "airlock:agent", "envAllowlist"], ["GITHUB_TOKEN", "LD_PRELOAD"]);
+            fs.writeFileSync(file, doc.toString());
+        }
+        for (const step of transcript(block.text)) {
+            const cat = /^cat (\S+)$/.exec(step.command);
+            // A file the README shows with `cat` is the file the next commands read.
+            if (cat) fs.writeFileSync(path.join(cwd, cat[1]), step.output);
+            const result = sh(step.command, cwd);
+            expect(result.stdout + result.stderr, step.command).toBe(step.output);
+        }
+    });
+
+    it("the files plan writes are the ones listed", () => {
+        const block = all.find((b) => b.marker === "plan-layout")!;
+        const cwd = workspace();
+        expect(sh("npm run -s airlock -- plan --stack dev", cwd).status).toBe(0);
+        for (const line of block.text.split("\n")) {
+            const listed = line.split(/\s+/)[0].replace(/\/\.\.\.$/, "");
+            expect(fs.existsSync(path.join(cwd, listed)), listed).toBe(true);
+        }
+    });
+
+    it("the record's format is the one the gateway's records have", () => {
+        const block = all.find((b) => b.marker === "record-format")!;
+        const fixture = fs.readdirSync(path.join(REPO, "test/fixtures/record")).find((f) => f.endsWith(".jsonl"))!;
+        const real = fs.readFileSync(path.join(REPO, "test/fixtures/record", fixture), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+        for (const line of block.text.split("\n")) {
+            const shown = JSON.parse(line);
+            const same = real.find((r) => r.kind === shown.kind);
+            expect(same, shown.kind).toBeDefined();
+            expect(Object.keys(shown)).toEqual(Object.keys(same));
+        }
+    });
+
+    it("the pre-commit snippet uses the hook .pre-commit-hooks.yaml defines", () => {
+        const snippet = YAML.parse(all.find((b) => b.marker === "pre-commit")!.text);
+        const hooks = YAML.parse(fs.readFileSync(path.join(REPO, ".pre-commit-hooks.yaml"), "utf8"));
+        expect(snippet[0].hooks).toEqual([{ id: hooks[0].id }]);
+        expect(Object.keys(snippet[0])).toEqual(["repo", "rev", "hooks"]);
+    });
+
+    it("the layout lists what is in the repository", () => {
+        const block = all.find((b) => b.marker === "layout")!;
+        let parent = "";
+        for (const line of block.text.split("\n")) {
+            const m = /^(\s*)(\S+)\s/.exec(line);
+            if (!m || m[1].length > 2 || /^[a-z]/.test(m[2]) === false && !m[2].startsWith(".") && !/^[A-Z]/.test(m[2])) continue;
+            const entry = m[1].length === 0 ? m[2] : path.join(parent, m[2]);
+            if (m[1].length === 0) parent = m[2];
+            expect(fs.existsSync(path.join(REPO, entry)), entry).toBe(true);
+        }
+    });
+});
