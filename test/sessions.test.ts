@@ -62,7 +62,7 @@ describe("per-session containers", () => {
     ])("a loosened shell (%s) fails the gate for the shared container and for the sessions' alike", async (_, loosen, rule) => {
         const file = perSession((c) => Object.assign(c["airlock:workloads"].sandboxShell, loosen));
         const findings = gatePlan(await planStack(file, "dev")).filter((f) => f.rule === rule);
-        const where = findings.map((f) => f.file ?? "");
+        const where = findings.map((f) => (f.within ?? []).map((w) => w.file).join(" > "));
         expect(where.some((w) => w.endsWith(COMPOSE_TEMPLATE_PATH))).toBe(true);
         expect(where.some((w) => w.endsWith(SESSION_COMPOSE_PATH))).toBe(true);
     });
@@ -80,7 +80,7 @@ describe("per-session containers", () => {
         const entry = files.items.find((item) => item.get("path") === SESSION_COMPOSE_PATH)!;
         entry.set("content", tampered);
         const after = judgeCloudInit(`#cloud-config\n${doc.toString({ lineWidth: 0 })}`, gateContext).filter((f) => f.rule === "containers-not-privileged");
-        expect(after.map((f) => f.file)).toEqual([`user_data > ${SESSION_COMPOSE_PATH}`]);
+        expect(after.map((f) => (f.within ?? []).map((w) => w.file))).toEqual([[SESSION_COMPOSE_PATH]]);
     });
 
     it.runIf(toolsAvailable("docker-compose", ["docker-compose"]))("with a session's name filled in, docker-compose takes the file", () => {

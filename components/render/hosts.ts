@@ -191,7 +191,7 @@ export function renderSandbox(cfg: StackConfig, images: ResolvedImages): Rendere
             envAllowlist: cfg.agent.envAllowlist.join(" "),
         }),
         script("/usr/local/sbin/airlock-agent-home", "scripts/agent-home", { agentUser: user }),
-        bootCheck(["ssh.service", EGRESS_UNIT, "airlock-broker.socket", "airlock-workspace.service", `user@${cfg.agent.uid}.service`]),
+        bootCheck(["ssh.service", EGRESS_UNIT, "airlock-broker.socket", "airlock-workspace.service", "airlock-checkpoints.timer", `user@${cfg.agent.uid}.service`]),
         ...brokerFiles(cfg),
         script("/usr/local/sbin/airlock-mount-workspace", "scripts/mount-workspace", { agentUser: user }),
         ...checkpointFiles(cfg, images),
