@@ -73,6 +73,10 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
             env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin", AIRLOCK_VOLUME_DEVICE: device, AIRLOCK_VOLUME_DIR: dirs.volume, AIRLOCK_WORKSPACES_DIR: dirs.workspaces, AIRLOCK_WORKSPACE_LINK: dirs.link },
             timeout: 120_000,
         });
+    const freePercent = () => {
+        const st = fs.statfsSync(volume);
+        return (100 * st.bavail) / st.blocks;
+    };
     const dirsUnder = (base: string) => ({ volume: path.join(base, "volume"), workspaces: path.join(base, "workspaces"), link: path.join(base, "workspace") });
 
     beforeAll(async () => {
@@ -378,6 +382,37 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
             expect(fs.existsSync(path.join(snapshot, "app", "migrations", "001_users.sql"))).toBe(true);
         });
 
+        it("filling the volume from its workspace costs it no checkpoint: its writes stop above the free-space floor, and the timer keeps every checkpoint", () => {
+            writeConfig({ keep: 100 });
+            const kept = list().map((c) => c.id);
+            expect(kept.length).toBeGreaterThan(1);
+            const fill = (name: string) => asAgent(`dd if=/dev/zero of=${link}/${name} bs=1M count=4096 status=none; sync`);
+            // One big write; then the cycle that pins what it wrote: a checkpoint (its own verb), delete, write again.
+            const first = fill("fill-1");
+            run("btrfs", ["filesystem", "sync", volume]);
+            const swept = ckpt("maintain");
+            expect(list().map((c) => c.id)).toEqual(kept);
+            expect(swept.status, swept.stderr).toBe(0);
+            const pinned = ckpt("create", "shared", "--label-b64", b64("pins fill-1"));
+            expect(pinned.status, pinned.stderr).toBe(0);
+            const pinning = list().at(-1)!.id;
+            expect(asAgent(`rm -f ${link}/fill-1`).status).toBe(0);
+            const second = fill("fill-2");
+            run("btrfs", ["filesystem", "sync", volume]);
+            const maintained = ckpt("maintain");
+            expect(list().map((c) => c.id)).toEqual([...kept, pinning]);
+            expect(maintained.stderr).toBe("");
+            expect(maintained.status).toBe(0);
+            expect(freePercent()).toBeGreaterThanOrEqual(config.minFreePercent);
+            for (const write of [first, second]) expect(write.stderr).toMatch(/Disk quota exceeded/);
+            // Space back for the tests that follow.
+            fs.rmSync(path.join(link, "fill-2"), { force: true });
+            expect(run("btrfs", ["subvolume", "delete", "--commit-after", path.join(volume, "checkpoints", "shared", String(pinning))]).status).toBe(0);
+            fs.rmSync(path.join(volume, "checkpoints", "shared", `${pinning}.json`));
+            run("btrfs", ["subvolume", "sync", volume], { timeout: 120_000 });
+            writeConfig({ keep: 20 });
+        }, 300_000);
+
         it("even root cannot write into a checkpoint: it is read-only", () => {
             const result = run("touch", [path.join(volume, "checkpoints", "shared", "1", "planted")]);
             expect(result.stderr).toMatch(/Read-only file system/);
@@ -422,6 +457,8 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
         });
 
         it("below the free-space floor the oldest checkpoints go first, until the floor holds", () => {
+            // Space taken past the agent's cap (by root here): what the floor is for.
+            expect(run("btrfs", ["qgroup", "limit", "-e", "none", link]).status).toBe(0);
             const big = path.join(link, "big.bin");
             const fd = fs.openSync(big, "w");
             const chunk = crypto.randomBytes(16 * 1024 ** 2);
@@ -450,6 +487,7 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
 
         it("when nothing is left to remove below the floor, the timer fails loudly", () => {
             writeConfig({ minFreePercent: 50 });
+            expect(run("btrfs", ["qgroup", "limit", "-e", "none", link]).status).toBe(0);
             const filler = path.join(link, "filler.bin");
             const fd = fs.openSync(filler, "w");
             const chunk = crypto.randomBytes(16 * 1024 ** 2);

@@ -10,7 +10,7 @@ import {
     ResolvedImages,
     RESOLVER_PUBLISHED_PORT,
 } from "../workloads/compose";
-import { checkpointFiles } from "./checkpoints";
+import { CHECKPOINT_ENGINE_PATH, checkpointFiles } from "./checkpoints";
 import { renderTemplate } from "./templates";
 
 export { TAILNET_AUTH_KEY_PATH, TAILNET_AUTH_KEY_PLACEHOLDER };
@@ -195,7 +195,7 @@ export function renderSandbox(cfg: StackConfig, images: ResolvedImages): Rendere
         ...brokerFiles(cfg),
         script("/usr/local/sbin/airlock-mount-workspace", "scripts/mount-workspace", { agentUser: user }),
         ...checkpointFiles(cfg, images),
-        config("/etc/systemd/system/airlock-workspace.service", "systemd/airlock-workspace.service"),
+        config("/etc/systemd/system/airlock-workspace.service", "systemd/airlock-workspace.service", { engine: CHECKPOINT_ENGINE_PATH }),
         { path: "/etc/airlock/resolv.conf.in", content: "# airlock: the gateway's AdGuard Home is the only resolver.\nnameserver @RESOLVER_IPV4@\noptions edns0\n", permissions: "0644" },
         { path: EGRESS_RULES_PATH, content: renderEgressRules(cfg), permissions: "0600" },
         config(`/etc/systemd/system/${EGRESS_UNIT}`, "systemd/airlock-egress.service"),

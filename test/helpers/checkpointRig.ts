@@ -110,6 +110,9 @@ export async function startCheckpointRig(cfg: StackConfig, sandbox: RenderedHost
         };
         configure({});
         const ckpt = (...args: string[]) => run(engine, args, { env: { PATH: "/usr/bin:/bin", AIRLOCK_CHECKPOINTS_CONFIG: configPath }, timeout: 300_000 });
+        // What airlock-workspace.service runs after the mount: the workspaces' caps.
+        const limited = ckpt("limits");
+        if (limited.status !== 0) throw new Error(`airlock-checkpoint limits: ${limited.stderr}`);
         return {
             work,
             dirs,
