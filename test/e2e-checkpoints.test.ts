@@ -73,6 +73,15 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
             env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin", AIRLOCK_VOLUME_DEVICE: device, AIRLOCK_VOLUME_DIR: dirs.volume, AIRLOCK_WORKSPACES_DIR: dirs.workspaces, AIRLOCK_WORKSPACE_LINK: dirs.link },
             timeout: 120_000,
         });
+    /** Moves checkpoints `seconds` into the past (their metadata: what retention reads). */
+    const ageCheckpoints = (ids: number[], seconds: number, ws = "shared") => {
+        for (const id of ids) {
+            const file = path.join(volume, "checkpoints", ws, `${id}.json`);
+            const meta = JSON.parse(fs.readFileSync(file, "utf8"));
+            meta.epoch -= seconds;
+            fs.writeFileSync(file, JSON.stringify(meta));
+        }
+    };
     const freePercent = () => {
         const st = fs.statfsSync(volume);
         return (100 * st.bavail) / st.blocks;
@@ -427,10 +436,35 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
     });
 
     describe("retention", () => {
-        it("keeps at most `keep` checkpoints per workspace, oldest removed first, right when one is taken", () => {
+        it("keeps the newest `keep` checkpoints per workspace and the first of the hour, others removed oldest first, right when one is taken", () => {
             writeConfig({ keep: 3 });
+            // Older than keepDays: no anchor among them, so count alone decides.
+            ageCheckpoints(list().map((c) => c.id), 8 * 86400);
             for (let i = 0; i < 4; i++) expect(ckpt("create", "shared", "--label-b64", b64(`round ${i}`)).status).toBe(0);
-            expect(list().map((c) => c.label)).toEqual(["round 1", "round 2", "round 3"]);
+            expect(list().map((c) => c.label)).toEqual(["round 0", "round 1", "round 2", "round 3"]);
+        });
+
+        it("the agent taking checkpoints at will cannot push out the first checkpoint of each of the last 24 hours or of each day", () => {
+            for (const label of ["a day ago", "five hours ago", "two hours ago"]) expect(ckpt("create", "shared", "--label-b64", b64(label)).status).toBe(0);
+            const taken = list().slice(-3);
+            ageCheckpoints([taken[0].id], 86400 + 600);
+            ageCheckpoints([taken[1].id], 5 * 3600);
+            ageCheckpoints([taken[2].id], 2 * 3600);
+            // Its own verb, many times over: count retention runs at each one.
+            for (let i = 0; i < 6; i++) expect(ckpt("create", "shared", "--label-b64", b64(`spent ${i}`)).status).toBe(0);
+            const labels = list().map((c) => c.label);
+            expect(labels).toEqual(expect.arrayContaining(["a day ago", "five hours ago", "two hours ago", "round 0"]));
+            expect(labels.slice(-3)).toEqual(["spent 3", "spent 4", "spent 5"]);
+            expect(labels).toHaveLength(7);
+            const maintained = ckpt("maintain");
+            expect(maintained.status, maintained.stderr).toBe(0);
+            expect(list().map((c) => c.label)).toEqual(labels);
+            // Back to one hour's checkpoints for the tests that follow.
+            ageCheckpoints(taken.map((c) => c.id), 8 * 86400);
+            writeConfig({ keep: 2 });
+            expect(ckpt("maintain").status).toBe(0);
+            writeConfig({ keep: 3 });
+            expect(list().map((c) => c.label)).toEqual(["round 0", "spent 4", "spent 5"]);
         });
 
         it("restoring the oldest checkpoint at the keep limit still works (retention never takes the target mid-restore)", () => {
@@ -438,7 +472,7 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
             const restored = ckpt("restore", "shared", "--id", String(oldest.id));
             expect(restored.stderr).toBe("");
             expect(restored.status).toBe(0);
-            expect(list()).toHaveLength(3);
+            expect(list().map((c) => c.label)).toEqual(["round 0", "spent 4", "spent 5", `before restore to ${oldest.id}`]);
         });
 
         it("the timer removes checkpoints older than keepDays but always keeps a workspace's newest", () => {
