@@ -552,6 +552,14 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
             expect(exec("agent-sandbox-shell", "ls /workspace/mine.txt").status).not.toBe(0);
         });
 
+        it("a session's workspace is capped like the shared one: filling it from the session's container stops above the floor", () => {
+            const filled = exec("agent-s-beta", "dd if=/dev/zero of=/workspace/fill bs=1M count=4096 status=none; sync");
+            expect(filled.stderr).toMatch(/Disk quota exceeded/);
+            run("btrfs", ["filesystem", "sync", volume]);
+            expect(freePercent()).toBeGreaterThanOrEqual(config.minFreePercent);
+            expect(exec("agent-s-beta", "rm /workspace/fill").status).toBe(0);
+        }, 120_000);
+
         it("a session's container has the shell's hardening (the same definition the gate judges)", () => {
             const inspect = (name: string) => JSON.parse(dockerd!.docker(["inspect", name]).stdout)[0].HostConfig;
             const shell = inspect("agent-sandbox-shell");
