@@ -1,4 +1,5 @@
 import * as YAML from "yaml";
+import { deployCredential, GITHUB_HIGH_IMPACT, GITHUB_MERGE_OR_ADMIN, highImpactEntry } from "../components/config/automation";
 import type { Finding } from "../policies/engine/finding";
 import { collectArtifacts } from "./plan";
 import type { StackPlan } from "./offline";
@@ -28,6 +29,10 @@ interface AutomaticItem {
     rules: string[];
     /** What the plan must show; undefined when it does not show it. */
     evidence(plan: StackPlan): string | undefined;
+    /** What the plan shows that breaks this item (beyond gate findings). */
+    problems?(plan: StackPlan): string[];
+    /** When the stack cannot show this item at all: what to do by hand instead. */
+    manualUnless?(plan: StackPlan): string | undefined;
 }
 
 interface ManualItem {
@@ -39,6 +44,32 @@ interface ManualItem {
 
 const byType = (plan: StackPlan, type: string) => plan.resources.filter((r) => r.type === type);
 const artifact = (plan: StackPlan, host: string, file: string) => collectArtifacts(plan).get(host)?.[file];
+
+/** The token minter's config as the gateway will get it (what the minter enforces). */
+interface MinterConfig {
+    appId: number;
+    maxPermissions: Record<string, string>;
+    approvalRequired: string[];
+}
+const minterConfig = (plan: StackPlan): MinterConfig | undefined => {
+    const text = artifact(plan, "gateway", "etc/airlock/github.json");
+    return text ? (JSON.parse(text) as MinterConfig) : undefined;
+};
+/** Scopes of maxPermissions in `set` that the minter hands out without a human's approval. */
+function unapproved(minter: MinterConfig, set: (name: string, level: string) => string | undefined): string[] {
+    return Object.entries(minter.maxPermissions).flatMap(([name, level]) => {
+        const entry = set(name, level);
+        const approved = minter.approvalRequired.includes(`${name}:${level}`) || minter.approvalRequired.includes(`${name}:*`);
+        return entry && !approved ? [`${name}:${level} (${GITHUB_HIGH_IMPACT[entry]}) is minted without a human's approval`] : [];
+    });
+}
+const mergeOrAdmin = (name: string, level: string) => {
+    const entry = highImpactEntry(name, level);
+    return entry && GITHUB_MERGE_OR_ADMIN.includes(entry) ? entry : undefined;
+};
+const scopes = (m: MinterConfig) => Object.entries(m.maxPermissions).map(([n, l]) => `${n}:${l}`).join(", ");
+const NO_GITHUB_APP =
+    "The stack has no GitHub App (airlock:gateway.github), so it cannot show which tokens the agent gets. Configure one, or make sure every token the agent holds";
 
 const AUTOMATIC: AutomaticItem[] = [
     {
@@ -163,6 +194,70 @@ const AUTOMATIC: AutomaticItem[] = [
         evidence: (plan) => (artifact(plan, "sandbox", "cloud-init.yaml") ? `agent uid ${plan.config.agent.uid}` : undefined),
     },
     {
+        section: "automation boundaries",
+        id: "runtime-commands-in-sandbox",
+        title: "The agent runtime sends every command to the sandbox (its terminal backend is ssh through the wrapper)",
+        rules: ["sshd-agent-force-command"],
+        manualUnless: (plan) =>
+            plan.config.gateway.agent ? undefined : "The stack runs no agent runtime (airlock:gateway.agent): point your runtime's terminal backend at /etc/airlock/agent/terminal.yaml.",
+        evidence: (plan) => {
+            const agent = YAML.parse(artifact(plan, "gateway", "etc/airlock/compose.yml.in") ?? "{}")?.services?.agent;
+            const terminal = YAML.parse(artifact(plan, "gateway", "etc/airlock/agent/terminal.yaml") ?? "{}")?.terminal;
+            const mounted = (agent?.volumes ?? []).some((v: string) => v.startsWith("/etc/airlock/agent/terminal.yaml:"));
+            return mounted && terminal?.backend === "ssh" ? `terminal: ssh to ${terminal.ssh.hostname} as ${terminal.ssh.user}, workdir ${terminal.workdir}` : undefined;
+        },
+    },
+    {
+        section: "automation boundaries",
+        id: "github-no-merge-or-admin",
+        title: "GitHub tokens for the agent cannot merge, administer or change workflows (unless a human approves the task)",
+        rules: [],
+        manualUnless: (plan) => (minterConfig(plan) ? undefined : `${NO_GITHUB_APP} has no merge, administration or workflow permission.`),
+        problems: (plan) => unapproved(minterConfig(plan)!, mergeOrAdmin),
+        evidence: (plan) => {
+            const minter = minterConfig(plan)!;
+            const gated = Object.entries(minter.maxPermissions).filter(([n, l]) => mergeOrAdmin(n, l)).map(([n, l]) => `${n}:${l}`);
+            return `maxPermissions ${scopes(minter)}${gated.length > 0 ? `; ${gated.join(", ")} only with approval` : ""}`;
+        },
+    },
+    {
+        section: "automation boundaries",
+        id: "high-impact-needs-approval",
+        title: "Every high-impact GitHub scope the stack allows needs a human's approval per task",
+        rules: [],
+        manualUnless: (plan) => (minterConfig(plan) ? undefined : `${NO_GITHUB_APP} carries no high-impact scope a human has not approved.`),
+        problems: (plan) => unapproved(minterConfig(plan)!, highImpactEntry),
+        evidence: (plan) => {
+            const minter = minterConfig(plan)!;
+            return minter.approvalRequired.length > 0 ? `approval required for ${minter.approvalRequired.join(", ")}` : "no high-impact scope can be minted";
+        },
+    },
+    {
+        section: "automation boundaries",
+        id: "agent-tokens-are-scoped",
+        title: "The agent's GitHub token is per task, short-lived and repository-scoped",
+        rules: [],
+        manualUnless: (plan) =>
+            minterConfig(plan) ? undefined : "Mint a fine-grained or GitHub App token per task and pass it as GITHUB_TOKEN on that ssh command only (airlock:gateway.github does it for you).",
+        evidence: (plan) =>
+            artifact(plan, "gateway", "usr/local/bin/airlock-github-token")
+                ? `airlock-github-token: App ${minterConfig(plan)!.appId}, per repository, at most 60 min, the key readable by root only`
+                : undefined,
+    },
+    {
+        section: "automation boundaries",
+        id: "agent-no-deploy-credentials",
+        title: "The agent holds no deploy credentials (cloud, registry, infrastructure or long-lived forge tokens)",
+        rules: [],
+        manualUnless: (plan) =>
+            plan.config.gateway.agent ? undefined : "The stack runs no agent runtime (airlock:gateway.agent): check by hand that your runtime's environment holds no deploy credential.",
+        problems: (plan) => plan.config.gateway.agent!.secrets.flatMap((name) => (deployCredential(name) ? [`${name} (${deployCredential(name)})`] : [])),
+        evidence: (plan) => {
+            const names = plan.config.gateway.agent!.secrets;
+            return names.length > 0 ? `agent secrets: ${names.join(", ")}` : "no agent secrets declared";
+        },
+    },
+    {
         section: "recovery",
         id: "backups-off-host",
         title: "Backups run off-host, one B2 bucket per machine, with keys that cannot delete and hidden versions kept",
@@ -184,9 +279,15 @@ const MANUAL: ManualItem[] = [
     },
     {
         section: "automation boundaries",
-        id: "agent-tokens-are-scoped",
-        title: "The agent's GitHub token is per task, short-lived and repository-scoped",
-        instruction: "Mint a fine-grained or GitHub App token per task and pass it as GITHUB_TOKEN on that ssh command only.",
+        id: "default-branch-protected",
+        title: "The repositories' default branches require a human review before merge",
+        instruction: "In each repository the agent works on: a branch protection rule or ruleset on the default branch requiring an approving review, and the GitHub App not on its bypass list (the stack cannot see GitHub's settings).",
+    },
+    {
+        section: "automation boundaries",
+        id: "runtime-asks-before-high-impact",
+        title: "The agent runtime asks a human before high-impact actions of its own (messages to customers, payments, deletions)",
+        instruction: "Turn on the runtime's own approval settings for such tools; airlock confines where commands run and which tokens exist, not what the agent decides to do with them.",
     },
     {
         section: "recovery",
@@ -198,18 +299,22 @@ const MANUAL: ManualItem[] = [
         section: "recovery",
         id: "restore-drill-done",
         title: "A restore has been rehearsed",
-        instruction: "Run `sudo airlock-restore-drill` on the gateway once (it also runs monthly), and record the date here.",
+        instruction: "Run `sudo airlock-restore-drill` on the gateway once - and `sudo airlock-memory-drill` when the runtime has a memory database (both also run monthly) - and record the date here.",
     },
 ];
 
 export function evaluateChecklist(plan: StackPlan, findings: Finding[]): ChecklistItem[] {
     const automatic = AUTOMATIC.map((item): ChecklistItem => {
+        const instruction = item.manualUnless?.(plan);
+        if (instruction !== undefined) return { section: item.section, id: item.id, title: item.title, status: "manual", detail: instruction };
         const hits = findings.filter((f) => item.rules.includes(f.rule));
-        const evidence = item.evidence(plan);
         if (hits.length > 0) {
             const rules = [...new Set(hits.map((f) => f.rule))].join(", ");
             return { section: item.section, id: item.id, title: item.title, status: "fail", detail: `${hits.length} finding(s): ${rules}` };
         }
+        const problems = item.problems?.(plan) ?? [];
+        if (problems.length > 0) return { section: item.section, id: item.id, title: item.title, status: "fail", detail: problems.join("; ") };
+        const evidence = item.evidence(plan);
         if (evidence === undefined) return { section: item.section, id: item.id, title: item.title, status: "fail", detail: "the plan does not show it" };
         return { section: item.section, id: item.id, title: item.title, status: "pass", detail: evidence };
     });

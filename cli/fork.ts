@@ -75,6 +75,13 @@ export async function forkStack(options: ForkOptions): Promise<ForkResult> {
             if (!stillNeeded.some((line) => line.startsWith(command))) stillNeeded.push(command);
         }
     }
+    // Secrets nested in airlock:* objects (the agent's, set with --path) are the source's too.
+    for (const item of config.items) {
+        const key = String(YAML.isScalar(item.key) ? item.key.value : item.key);
+        for (const nested of dropNestedSecrets(item.value, key)) {
+            stillNeeded.push(`pulumi config set --secret --path '${nested}' <value> --stack ${customer}`);
+        }
+    }
     const prefix = `airlock-${customer}`;
     config.set(`${PROJECT}:prefix`, prefix);
     for (const keyPath of DERIVED_FROM_PREFIX) config.deleteIn([`${PROJECT}:${keyPath[0]}`, ...keyPath.slice(1)]);
@@ -128,6 +135,22 @@ export async function forkStack(options: ForkOptions): Promise<ForkResult> {
     fs.writeFileSync(temp, text, { flag: "wx" });
     fs.renameSync(temp, target);
     return { file: target, status: "written", changes, stillNeeded };
+}
+
+/** Removes every `{secure: ...}` inside `node` and returns the key paths it removed. */
+function dropNestedSecrets(node: unknown, at: string): string[] {
+    if (!YAML.isMap(node)) return [];
+    const dropped: string[] = [];
+    for (const pair of [...node.items]) {
+        const key = String(YAML.isScalar(pair.key) ? pair.key.value : pair.key);
+        if (YAML.isMap(pair.value) && pair.value.has("secure")) {
+            node.delete(pair.key);
+            dropped.push(`${at}.${key}`);
+        } else {
+            dropped.push(...dropNestedSecrets(pair.value, `${at}.${key}`));
+        }
+    }
+    return dropped;
 }
 
 function configOf(file: string): Record<string, unknown> {

@@ -63,6 +63,11 @@ export interface PlanOptions {
     deployed?: (type: string, name: string) => Record<string, unknown>;
     /** Answers provider function calls (invokes); the default answers registry lookups with OFFLINE_DIGEST. */
     calls?: (token: string, inputs: Record<string, unknown>) => Record<string, unknown> | undefined;
+    /**
+     * What `secure:` values decrypt to. A real preview hands the program plaintext;
+     * the offline plan has no key, so by default the program sees the ciphertext objects.
+     */
+    decrypt?: (keyPath: string, ciphertext: string) => string;
 }
 
 export function planStack(stackFile: string, stack: string, options: PlanOptions = {}): Promise<StackPlan> {
@@ -94,7 +99,7 @@ async function planStackNow(stackFile: string, stack: string, options: PlanOptio
         stack,
         preview,
     );
-    pulumi.runtime.setAllConfig(pulumiConfigOf(raw.config));
+    pulumi.runtime.setAllConfig(pulumiConfigOf(options.decrypt ? decrypted(raw.config, options.decrypt) : raw.config));
     recordRegistrations(resources);
 
     // The very module Pulumi runs, loaded lazily after the mocks are in place.
@@ -117,6 +122,15 @@ async function planStackNow(stackFile: string, stack: string, options: PlanOptio
 function offlineCall(token: string, inputs: Record<string, unknown>): Record<string, unknown> {
     if (token === "docker:index/getRegistryImage:getRegistryImage") return { ...inputs, id: String(inputs.name), sha256Digest: OFFLINE_DIGEST };
     throw new Error(`the offline plan cannot answer ${token}`);
+}
+
+/** Every `{secure: ciphertext}` in the config replaced by its plaintext, as Pulumi does for the program. */
+function decrypted(value: unknown, decrypt: NonNullable<PlanOptions["decrypt"]>, at = ""): any {
+    if (value === null || typeof value !== "object") return value;
+    if (Array.isArray(value)) return value.map((v, i) => decrypted(v, decrypt, `${at}[${i}]`));
+    const entries = Object.entries(value as Record<string, unknown>);
+    if (entries.length === 1 && entries[0][0] === "secure" && typeof entries[0][1] === "string") return decrypt(at, entries[0][1]);
+    return Object.fromEntries(entries.map(([k, v]) => [k, decrypted(v, decrypt, at ? `${at}.${k}` : k)]));
 }
 
 /** Pulumi keeps config values as strings; structured ones as JSON. */

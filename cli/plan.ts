@@ -235,6 +235,7 @@ export function summarize(plan: StackPlan): PlanSummary {
                       `rootless Docker for ${cfg.agent.user}`,
                       `ssh client -> ${cfg.hostnames.sandbox} (ControlMaster, SendEnv ${cfg.agent.envAllowlist.join(" ")})`,
                       `containers: ${containersOf(plan, "gateway").join(", ")}`,
+                      ...runtimeSummary(cfg),
                       `backups: restic -> B2 for itself and the sandbox's /workspace${cfg.workloads.postgres.enabled ? " and database (hourly)" : ""}, pulled over ssh; weekly check; monthly restore drill`,
                   ];
         return {
@@ -259,6 +260,17 @@ export function summarize(plan: StackPlan): PlanSummary {
             ? [`image tags are pinned to their registry digests at deploy time; this offline plan shows ${OFFLINE_DIGEST.slice(0, 16)}... placeholders`]
             : [],
     };
+}
+
+/** The agent runtime in a line or two: where its state and secrets live, where its tokens come from. */
+function runtimeSummary(cfg: StackPlan["config"]): string[] {
+    const runtime = cfg.gateway.agent;
+    if (!runtime) return [];
+    const github = cfg.gateway.github;
+    return [
+        `agent runtime: state on a ${runtime.stateGb} GB filesystem${runtime.memoryDb.enabled ? ", memory database on an internal network" : ""}; secrets at run time (airlock secrets push): ${runtime.secrets.join(", ") || "none declared"}`,
+        ...(github ? [`GitHub tokens per task (airlock-github-token) from App ${github.appId}, at most ${Object.entries(github.maxPermissions).map(([n, l]) => `${n}:${l}`).join(", ")}`] : []),
+    ];
 }
 
 /** Service -> image, from a host's rendered compose file. */

@@ -35,6 +35,9 @@ export function artifactsOf(inputs: unknown): Artifacts | undefined {
 export const FORBIDDEN_ENV =
     /^(LD_.*|DYLD_.*|BASH_ENV|ENV|BASH_FUNC_.*|PATH|HOME|SHELL|USER|LOGNAME|IFS|PS4|SHELLOPTS|BASHOPTS|PROMPT_COMMAND|GLOBIGNORE|CDPATH|DOCKER_.*|SSH_.*|PYTHON(PATH|STARTUP|HOME)|PERL5?LIB|PERL5OPT|NODE_OPTIONS|RUBYOPT|GIT_SSH(_COMMAND)?|GIT_EXEC_PATH|GCONV_PATH|LOCPATH|HOSTALIASES|TMPDIR)$/;
 
+/** The sandbox user every agent command runs as, when a stack names none. */
+export const DEFAULT_AGENT_USER = "agent";
+
 /** An exact, upper-case variable name: no wildcards. */
 export const ENV_NAME = /^[A-Z_][A-Z0-9_]*$/;
 

@@ -53,7 +53,7 @@ describe.runIf(canRun)("the rendered sandbox compose on a real dockerd", () => {
         importTestImage(dockerd, dir, IMAGE);
 
         const cfg = readStackFile(editedStack("dev", (c) => (c["airlock:workloads"].postgres = { enabled: false })));
-        const images = { sandboxShell: IMAGE, browser: IMAGE, postgres: IMAGE, redis: IMAGE, api: IMAGE, adguard: IMAGE, services: {} };
+        const images = { sandboxShell: IMAGE, browser: IMAGE, postgres: IMAGE, redis: IMAGE, api: IMAGE, adguard: IMAGE, agent: IMAGE, agentMemoryDb: IMAGE, services: {} };
         fs.mkdirSync(path.join(dir, "workspace"));
         compose = path.join(dir, "compose.yml");
         fs.writeFileSync(

@@ -71,6 +71,8 @@ describe("airlock fork", () => {
         doc.config["hcloud:token"] = { secure: secretValue };
         doc.config["tailscale:oauthClientSecret"] = { secure: secretValue };
         doc.config["tailscale:tailnet"] = "dev-tailnet.example";
+        // The agent's secrets, set with --path, nest inside airlock:gateway.
+        doc.config["airlock:gateway"].agent.secrets = { ANTHROPIC_API_KEY: { secure: secretValue } };
         fs.writeFileSync(path.join(dir, "Pulumi.dev.yaml"), YAML.stringify(doc));
 
         const result = await forkStack({ stacksDir: dir, customer: "acme", from: "dev" });
@@ -79,6 +81,7 @@ describe("airlock fork", () => {
         expect(written).not.toMatch(/secure:|tailscale:|hcloud:/);
         expect(result.stillNeeded.join("\n")).toMatch(/--secret hcloud:token <value> --stack acme/);
         expect(result.stillNeeded.join("\n")).toMatch(/--secret tailscale:oauthClientSecret <value> --stack acme/);
+        expect(result.stillNeeded).toContain("pulumi config set --secret --path 'airlock:gateway.agent.secrets.ANTHROPIC_API_KEY' <value> --stack acme");
         expect(result.stillNeeded.join("\n")).not.toContain(secretValue);
     });
 
@@ -148,6 +151,27 @@ describe("credentials in the stack file", () => {
     it("passes them encrypted", () => {
         const dir = tempDir("secure");
         editedStack("dev", (c) => Object.assign(c, { "hcloud:token": { secure: "v1:AAAA" }, "tailscale:apiKey": { secure: "v1:BBBB" }, "tailscale:tailnet": "example.com" }), dir);
+        expect(airlock(["--stacks-dir", dir, "gate", "--stack", "dev"]).status).toBe(0);
+    });
+});
+
+describe("a stack's agent user against the policy's", () => {
+    // The agent-user rules judge the policy's user; a stack deploying another would switch them off.
+    it("a stack whose agent user is not the policy's fails plan and the gate, naming both", () => {
+        const dir = tempDir("agent-user");
+        const file = editedStack("dev", (c) => (c["airlock:agent"].user = "builder"), dir);
+        for (const args of [["plan", "--stack", "dev", "--out", path.join(dir, "out")], ["gate", "--stack", "dev"]]) {
+            const result = airlock(["--stacks-dir", dir, ...args]);
+            expect(result.status, args.join(" ")).toBe(1);
+            expect(result.stdout).toMatch(
+                new RegExp(`^${file.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}:\\d+: stack-agent-user-is-the-policys: airlock:agent\\.user is "builder"; the policy judges "agent"`, "m"),
+            );
+        }
+    });
+
+    it("the policy's own user, written out or left to the default, passes", () => {
+        const dir = tempDir("agent-user-ok");
+        editedStack("dev", (c) => (c["airlock:agent"].user = "agent"), dir);
         expect(airlock(["--stacks-dir", dir, "gate", "--stack", "dev"]).status).toBe(0);
     });
 });

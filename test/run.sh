@@ -18,10 +18,12 @@ readonly PACKAGES=(
 	nftables                      # nft --check on the rendered egress rules
 	busybox-static                # the test images' userland
 	restic postgresql             # backup and restore drill for real
+	openssl                       # the GitHub token minter signs the App JWT with it
+	sudo e2fsprogs                # secrets push through the operator's sudo; the runtime's state filesystem
 	systemd-container mmdebstrap  # the sandbox's units booted under systemd-nspawn (boot order)
 	ssh-audit                     # the rendered sshd and ssh configs offer no weak algorithm
-	bubblewrap jq                 # the drill's confinement; its snapshot lists
-	python3 pyflakes3 socat       # the root broker and the audit tool (python3), their lint; the wrapper's broker client
+	bubblewrap jq                 # the drill's confinement; its snapshot lists; the README's CI line
+	python3 pyflakes3 socat       # the broker, the audit tool, the secrets and token tools (python3), their lint; the broker client
 	dnsmasq-base bind9-dnsutils   # the allowlist resolver stand-in and its fake upstream; dig
 	pre-commit git                # the pre-commit hook, run by the real pre-commit; git in the checkpoint tests' shell image
 	btrfs-progs e2fsprogs         # checkpoints: btrfs on a loop device, ext4 for the migration path

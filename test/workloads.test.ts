@@ -6,6 +6,7 @@ import { describe, expect, it } from "vitest";
 import { ConfigError, readStackFile } from "../components/config/load";
 import { COMPOSE_TEMPLATE_PATH, RenderedHost } from "../components/render/hosts";
 import { planStack } from "../cli/offline";
+import { GATEWAY_AGENT_PATHS } from "../components/workloads/compose";
 import { gatePlan } from "../cli/gate";
 import { editedStack, renderHosts, SHIPPED_STACKS, stackFile, tempDir, renderedFile } from "./helpers/stacks";
 import { run, toolsAvailable } from "./helpers/tools";
@@ -101,6 +102,7 @@ describe("rejections", () => {
             c["airlock:workloads"].resolveDigests = false;
             c["airlock:workloads"].sandboxShell.image = `debian@sha256:${"a".repeat(64)}`;
             c["airlock:workloads"].adguard = { image: `adguard/adguardhome@sha256:${"b".repeat(64)}` };
+            c["airlock:gateway"].agent.image = `nousresearch/hermes-agent@sha256:${"d".repeat(64)}`;
         });
         expect(problems).toEqual([expect.stringMatching(/airlock:workloads\.browser\.image: chromedp\/headless-shell:stable is not pinned: write chromedp\/headless-shell:stable@sha256:<digest>, or set airlock:workloads\.resolveDigests: true$/)]);
     });
@@ -196,8 +198,13 @@ describe.runIf(toolsAvailable("docker-compose config", ["docker-compose"]))("doc
             return [[`${stack}/sandbox`, hosts.sandbox], [`${stack}/gateway`, hosts.gateway]] as const;
         }),
     )("%s: the rendered compose file is valid", (_, host) => {
-        const file = path.join(tempDir("compose"), "compose.yml");
+        const dir = tempDir("compose");
+        const file = path.join(dir, "compose.yml");
+        // At boot airlock-agent-secrets.service stages the runtime's env file before this check runs.
+        const runtimeEnv = path.join(dir, "runtime.env");
+        fs.writeFileSync(runtimeEnv, "# staged\n");
         const text = fileOf(host, COMPOSE_TEMPLATE_PATH)
+            .replaceAll(GATEWAY_AGENT_PATHS.runtimeEnv, runtimeEnv)
             .replaceAll("@TAILNET_IPV4@", "100.100.7.1")
             .replaceAll("@SANDBOX_SHELL_IMAGE@", `registry.example/shell@sha256:${"c".repeat(64)}`);
         fs.writeFileSync(file, text);

@@ -103,7 +103,7 @@ export async function commandCost(runs: number, secondsPerSeries: number, log: (
                 c["airlock:workloads"].browser = { enabled: false };
             }),
         );
-        const images = { sandboxShell: IMAGE, browser: IMAGE, postgres: IMAGE, redis: IMAGE, api: IMAGE, adguard: IMAGE, services: {} };
+        const images = { sandboxShell: IMAGE, browser: IMAGE, postgres: IMAGE, redis: IMAGE, api: IMAGE, adguard: IMAGE, agent: IMAGE, agentMemoryDb: IMAGE, services: {} };
         fs.mkdirSync(path.join(dir, "workspace"));
         const compose = path.join(dir, "compose.yml");
         fs.writeFileSync(compose, renderSandboxCompose(cfg, images).replace("- /workspace:/workspace", `- ${dir}/workspace:/workspace`));

@@ -13,5 +13,6 @@ export const COMMANDS: Record<string, [summary: string, load: () => Promise<Comm
     checklist: ["the pre-deployment checklist, evaluated from the stack's offline plan where it can be", () => import("./checklist")],
     audit: ["the sandbox's command record: show it (with the DNS names each command resolved) or verify its hash chain, on a copy of the gateway's records", () => import("./audit")],
     egress: ["learn the DNS allowlist from what the agent really resolved: a diff of the stack file to review, never applied", () => import("./egress")],
+    secrets: ["the agent runtime's secrets on the gateway: push (from Pulumi or --stdin JSON, restarts the runtime) or status; names only, never values", () => import("./secrets")],
     doctor: ["check this machine for a real deployment: pulumi, backend, credentials, ssh (never prints a secret)", () => import("./doctor")],
 };

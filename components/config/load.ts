@@ -36,7 +36,32 @@ export function readStackFile(file: string): StackConfig {
     if (config === undefined || config === null || typeof config !== "object" || Array.isArray(config)) {
         throw new ConfigError([`${file}: config: expected a mapping of ${PROJECT}:* keys`]);
     }
-    return parseStackConfig(ownKeys(config as Record<string, unknown>), file);
+    const own = ownKeys(config as Record<string, unknown>);
+    const problems = secretsInStackFile(own).map((problem) => `${file}: ${problem}`);
+    if (problems.length > 0) throw new ConfigError(problems);
+    return parseStackConfig(own, file);
+}
+
+/**
+ * Agent secrets must be encrypted in the stack file (`secure:`) and nested under
+ * airlock:gateway.agent.secrets, which is where `pulumi config set --secret --path` puts them.
+ */
+function secretsInStackFile(own: Record<string, unknown>): string[] {
+    const problems: string[] = [];
+    for (const key of Object.keys(own)) {
+        if (key.startsWith("gateway.agent.secrets.")) {
+            problems.push(`${PROJECT}:${key}: a flat key; set it with --path: pulumi config set --secret --path '${PROJECT}:${key}' <value>`);
+        }
+    }
+    const secrets = (own.gateway as { agent?: { secrets?: unknown } } | undefined)?.agent?.secrets;
+    if (secrets !== null && typeof secrets === "object" && !Array.isArray(secrets)) {
+        for (const [name, value] of Object.entries(secrets)) {
+            if (typeof value === "string") {
+                problems.push(`${PROJECT}:gateway.agent.secrets.${name}: in clear in the stack file; encrypt it: pulumi config set --secret --path '${PROJECT}:gateway.agent.secrets.${name}' <value>`);
+            }
+        }
+    }
+    return problems;
 }
 
 /**

@@ -1,5 +1,7 @@
 import { z } from "zod";
-import { ENV_NAME, FORBIDDEN_ENV } from "../../policies/contract";
+import { DEFAULT_AGENT_USER, ENV_NAME, FORBIDDEN_ENV } from "../../policies/contract";
+import { findSecrets } from "../../policies/engine/secrets";
+import { GITHUB_HIGH_IMPACT, GITHUB_REPOSITORY_PERMISSIONS, highImpactEntry, scopeListed } from "./automation";
 
 export { ENV_NAME, FORBIDDEN_ENV };
 
@@ -146,6 +148,92 @@ const workloads = z
         });
     });
 
+/**
+ * A stack secret: `{secure: ...}` in the stack file (`pulumi config set --secret --path`),
+ * its decrypted value inside a Pulumi run. Only the NAME is kept: no value ever
+ * reaches a component, a rendered file or the plan (`airlock secrets push` delivers them).
+ */
+const stackSecrets = z
+    .record(envName, z.union([z.strictObject({ secure: z.string().min(1) }), z.string().min(1)]))
+    .default({})
+    .transform((secrets) => Object.keys(secrets).sort());
+
+/** table or schema.table, as the drills' SQL names it. */
+const tableName = z.string().regex(/^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$/, "expected a table name like messages or memory.peers");
+
+const variableName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "expected a variable name");
+
+/** The agent's runtime on the gateway: one hardened service of the gateway's compose. */
+const agentRuntime = z.strictObject({
+    image,
+    command: z.array(z.string()).optional(),
+    /** Plain settings only (rendered into user_data); secrets go in `secrets`. */
+    environment: z.record(variableName, z.string()).optional(),
+    /** Names of the runtime's secrets; their values are delivered at run time by `airlock secrets push`. */
+    secrets: stackSecrets,
+    /** Where the image keeps its state (memory, skills, sessions); a named volume is mounted there. */
+    statePath: z.string().regex(/^\/[\w.-]+(\/[\w.-]+)*$/, "expected an absolute path like /data").default("/data"),
+    /** Size of the filesystem holding the runtime's volumes (state, memory database): a runaway agent cannot fill the gateway's disk. */
+    stateGb: z.number().int().min(1).max(500).default(10),
+    /** Publish this port on 127.0.0.1 only (a local UI or API, reached through an ssh tunnel); nothing is published otherwise. */
+    port: z.number().int().min(1024).max(65535).optional(),
+    /** PostgreSQL (pgvector-capable) for the runtime's memory, on an internal network. */
+    memoryDb: z
+        .strictObject({
+            enabled: z.boolean().default(false),
+            // PostgreSQL 15, like the gateway's pg_restore: the drill cannot read a newer server's dumps.
+            image: image.default("pgvector/pgvector:pg15"),
+            /** Tables the monthly drill requires to have rows in the restored dump (Hermes: peers, messages). */
+            drillTables: z.array(tableName).default([]),
+            ...serviceOverrides,
+        })
+        .prefault({}),
+    ...serviceOverrides,
+});
+
+const githubScope = z
+    .string()
+    .regex(new RegExp(`^(${GITHUB_REPOSITORY_PERMISSIONS.join("|")}):(read|write|\\*)$`), "expected a repository permission and level, like contents:write");
+
+/** The GitHub App the gateway mints per-task tokens from (`airlock-github-token`). */
+const github = z
+    .strictObject({
+        appId: z.number().int().positive(),
+        installationId: z.number().int().positive(),
+        /** The most a task's token may carry; anything more is refused before GitHub is asked. */
+        maxPermissions: z
+            .partialRecord(z.enum(GITHUB_REPOSITORY_PERMISSIONS), z.enum(["read", "write"]))
+            .refine((p) => Object.keys(p).length > 0, {
+                message: "expected at least one permission, like contents: read",
+                when: (payload) => payload.issues.length === 0,
+            }),
+        /** High-impact scopes (merge, administration, workflows, deploys) this stack allows on purpose. */
+        allowHighImpact: z.array(githubScope).default([]),
+        /** Scopes minted only after an operator approves the task on the gateway (`airlock-github-token --approve`). */
+        approvalRequired: z.array(githubScope).default([]),
+        /** GitHub's REST API (GitHub Enterprise Server: https://HOST/api/v3). */
+        apiUrl: z.url({ protocol: /^https$/ }).default("https://api.github.com"),
+    })
+    .superRefine((g, ctx) => {
+        for (const [name, level] of Object.entries(g.maxPermissions)) {
+            const entry = highImpactEntry(name, level!);
+            if (entry && !scopeListed(g.allowHighImpact, name, level!)) {
+                ctx.addIssue({
+                    code: "custom",
+                    path: ["maxPermissions", name],
+                    message: `${name}: ${level} is high-impact (${GITHUB_HIGH_IMPACT[entry]}): allow it explicitly in airlock:gateway.github.allowHighImpact ("${name}:${level}"), ideally with approvalRequired too`,
+                });
+            }
+        }
+        g.approvalRequired.forEach((scope, i) => {
+            const [name, level] = scope.split(":");
+            const granted = g.maxPermissions[name as keyof typeof g.maxPermissions];
+            if (!granted || (level === "write" && granted !== "write")) {
+                ctx.addIssue({ code: "custom", path: ["approvalRequired", i], message: `${scope} is not in maxPermissions, so it is never minted` });
+            }
+        });
+    });
+
 const dns = z.strictObject({
     /** observe: log every query; allowlist: answer only the listed domains (and their subdomains). */
     mode: z.enum(["observe", "allowlist"]).default("observe"),
@@ -168,6 +256,8 @@ const stackConfigBase = z.strictObject({
         /** The human operator's login on the gateway (tailnet only, keys only). */
         adminUser: z.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/).default("ops"),
         adminSshKeys: z.array(sshPublicKey).min(1, "expected at least one operator key"),
+        agent: agentRuntime.optional(),
+        github: github.optional(),
     }),
     sandbox: host.extend({
         /** Size of the hcloud Volume mounted at /workspace; it outlives sandbox servers. */
@@ -222,7 +312,7 @@ const stackConfigBase = z.strictObject({
         }),
     agent: z
         .strictObject({
-            user: z.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/).default("agent"),
+            user: z.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/).default(DEFAULT_AGENT_USER),
         /** Fixed, so the egress rules can match the agent's (and its rootless containers') traffic by uid. */
         uid: z.number().int().min(1000).max(59999).default(1500),
             /** The only variables a client may send (SendEnv/AcceptEnv) and the wrapper passes on. */
@@ -250,7 +340,7 @@ const stackConfigBase = z.strictObject({
             /** Receives a JSON POST when a backup, check or drill unit fails. */
             alertWebhookUrl: z.url({ protocol: /^https$/ }).optional(),
             /** Tables the monthly restore drill requires to have rows (schema.table or table). */
-            drillTables: z.array(z.string().regex(/^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$/)).default([]),
+            drillTables: z.array(tableName).default([]),
         })
         .prefault({}),
 });
@@ -259,6 +349,31 @@ export const stackConfigSchema = stackConfigBase
     .superRefine((cfg, ctx) => {
         if (cfg.gateway.adminUser === cfg.agent.user) {
             ctx.addIssue({ code: "custom", path: ["gateway", "adminUser"], message: "must differ from agent.user" });
+        }
+        const runtime = cfg.gateway.agent;
+        if (cfg.gateway.github && !runtime) {
+            ctx.addIssue({ code: "custom", path: ["gateway", "github"], message: "needs airlock:gateway.agent (the App's private key is one of its secrets)" });
+        }
+        if (!runtime) return;
+        const images: [PropertyKey[], string, boolean][] = [
+            [["gateway", "agent", "image"], runtime.image, true],
+            [["gateway", "agent", "memoryDb", "image"], runtime.memoryDb.image, runtime.memoryDb.enabled],
+        ];
+        for (const [path, ref, used] of images) {
+            if (used && !cfg.workloads.resolveDigests && !PINNED_BY_DIGEST.test(ref)) {
+                ctx.addIssue({ code: "custom", path, message: `${ref} is not pinned: write ${ref.split("@")[0]}@sha256:<digest>, or set airlock:workloads.resolveDigests: true` });
+            }
+        }
+        for (const [name, value] of Object.entries(runtime.environment ?? {})) {
+            if (runtime.secrets.includes(name)) {
+                ctx.addIssue({ code: "custom", path: ["gateway", "agent", "environment", name], message: "is also a secret: keep it in secrets only" });
+            } else if (findSecrets(`${name}=${value}`).length > 0) {
+                ctx.addIssue({
+                    code: "custom",
+                    path: ["gateway", "agent", "environment", name],
+                    message: `looks like a secret, and environment is rendered into user_data: pulumi config set --secret --path 'airlock:gateway.agent.secrets.${name}' instead`,
+                });
+            }
         }
     })
     .transform(withDerivedDefaults);

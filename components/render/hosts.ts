@@ -1,8 +1,17 @@
 import * as YAML from "yaml";
 import { TAILNET_AUTH_KEY_PATH, TAILNET_AUTH_KEY_PLACEHOLDER } from "../../policies/contract";
-import { AGENT_SUBORDINATE_IDS, type StackConfig } from "../config/schema";
+import { AGENT_SUBORDINATE_IDS, FORBIDDEN_ENV, type StackConfig } from "../config/schema";
+import { GITHUB_APP_KEY_SECRET, GITHUB_REPOSITORY_PERMISSIONS } from "../config/automation";
 import {
     adguardDataDir,
+    AGENT_MEMORY_DB_CONTAINER,
+    AGENT_MEMORY_DB_NAME,
+    AGENT_MEMORY_VOLUME,
+    AGENT_SERVICE,
+    AGENT_STATE_IMAGE,
+    AGENT_STATE_MOUNT,
+    AGENT_STATE_VOLUME,
+    GATEWAY_AGENT_PATHS,
     renderAdguardConfig,
     renderEgressRules,
     renderGatewayCompose,
@@ -229,7 +238,11 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
     const adguard = adguardDataDir(cfg);
     // The rendered AdGuard config replaces the live one at every start: this stack is the source of truth.
     const workloadsPre = [`/usr/bin/install -D -m 0600 /etc/airlock/adguard/AdGuardHome.yaml ${adguard}/conf/AdGuardHome.yaml`, `/usr/bin/mkdir -p ${adguard}/work`];
+    // The runtime's filesystem and secrets exist before its compose file is checked and started.
+    const runtimeUnits = [...agentUnits(cfg), ...(cfg.gateway.github ? ["airlock-github-token.socket", "airlock-github-token-revoke.timer"] : [])];
     const files: HostFile[] = [
+        // The runtime's units order themselves before the compose check and the user manager
+        // (Before=), without being required: a runtime that cannot start must not stop DNS.
         ...commonFiles(cfg, "gateway", { compose: renderGatewayCompose(cfg, images), tailnetConfig: [renderCompose], workloadsPre }),
         {
             path: SSHD_TEMPLATE_PATH,
@@ -262,13 +275,98 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
         }),
         script("/usr/local/sbin/airlock-gateway-agent-key", "scripts/gateway-agent-key", { agentUser: user }),
         { path: "/etc/airlock/adguard/AdGuardHome.yaml", content: renderAdguardConfig(cfg), permissions: "0644" },
+        ...agentRuntimeFiles(cfg),
+        ...githubTokenFiles(cfg),
         ...backupFiles(cfg),
         // Tailnet DNS to AdGuard Home's unprivileged port: no user may bind below 1024.
         { path: DNS_REDIRECT_PATH, content: renderTemplate("nftables/gateway-dns-redirect.nft", { resolverPort: String(RESOLVER_PUBLISHED_PORT) }), permissions: "0600" },
         config("/etc/systemd/system/airlock-dns-redirect.service", "systemd/airlock-dns-redirect.service"),
-        bootCheck(["ssh.service", "airlock-dns-redirect.service", "airlock-tailnet-config.service", `user@${cfg.agent.uid}.service`]),
+        // The runtime's units too: a runtime that cannot start fails first boot's report, never DNS.
+        bootCheck(["ssh.service", "airlock-dns-redirect.service", "airlock-tailnet-config.service", `user@${cfg.agent.uid}.service`, ...runtimeUnits]),
     ];
-    return assemble(cfg, "gateway", files, { adminUser, agentUser: user, agentUid: cfg.agent.uid, enableBackupTimers: ["systemctl", "enable", "--now", ...backupTimers(cfg)] });
+    return assemble(
+        cfg,
+        "gateway",
+        files,
+        { adminUser, agentUser: user, agentUid: cfg.agent.uid, enableBackupTimers: ["systemctl", "enable", "--now", ...backupTimers(cfg)] },
+        runtimeUnits.length > 0 ? [["systemctl", "enable", "--now", ...runtimeUnits]] : [],
+    );
+}
+
+/** System units the agent runtime needs before the agent's user manager starts its rootless Docker. */
+function agentUnits(cfg: StackConfig): string[] {
+    return cfg.gateway.agent ? ["airlock-agent-state.service", "airlock-agent-secrets.service"] : [];
+}
+
+/** As the JSON literal a Python script reads (JSON strings and lists are Python literals). */
+const py = (value: unknown) => JSON.stringify(value);
+
+/**
+ * The runtime's secrets (delivered by `airlock secrets push`, staged at boot) and the
+ * fixed-size filesystem its volumes live on.
+ */
+function agentRuntimeFiles(cfg: StackConfig): HostFile[] {
+    const runtime = cfg.gateway.agent;
+    if (!runtime) return [];
+    const user = cfg.agent.user;
+    const runtimeDir = `/run/user/${cfg.agent.uid}`;
+    // Recreates only the runtime's container, as the agent, so it reads the new env file.
+    const restart = [
+        "/usr/sbin/runuser", "-u", user, "--", "/usr/bin/env", `HOME=/home/${user}`, `XDG_RUNTIME_DIR=${runtimeDir}`, `DOCKER_HOST=unix://${runtimeDir}/docker.sock`,
+        "/usr/bin/docker-compose", "--project-name", "airlock", "--file", "/etc/airlock/compose.yml", "up", "--detach", "--no-deps", "--force-recreate", AGENT_SERVICE,
+    ];
+    const volumes = [AGENT_STATE_VOLUME, ...(runtime.memoryDb.enabled ? [AGENT_MEMORY_VOLUME] : [])];
+    return [
+        script(GATEWAY_AGENT_PATHS.secretsTool, "agent/secrets", {
+            secretsFile: py(GATEWAY_AGENT_PATHS.secrets),
+            runtimeEnv: py(GATEWAY_AGENT_PATHS.runtimeEnv),
+            agentUser: py(user),
+            appKeySecret: py(GITHUB_APP_KEY_SECRET),
+            restart: py(restart),
+            forbiddenNames: py(FORBIDDEN_ENV.source),
+        }),
+        config("/etc/systemd/system/airlock-agent-secrets.service", "systemd/airlock-agent-secrets.service", { agentUid: String(cfg.agent.uid) }),
+        script("/usr/local/sbin/airlock-agent-state", "scripts/agent-state", {
+            agentUser: user,
+            stateGb: String(runtime.stateGb),
+            stateImage: AGENT_STATE_IMAGE,
+            stateMount: AGENT_STATE_MOUNT,
+            stateVolumes: volumes.join(" "),
+        }),
+        config("/etc/systemd/system/airlock-agent-state.service", "systemd/airlock-agent-state.service", { agentUid: String(cfg.agent.uid) }),
+    ];
+}
+
+/** The minter's state: approvals waiting to be used, tokens waiting to be revoked. */
+export const GITHUB_STATE_DIR = "/var/lib/airlock/github";
+
+/** The per-task GitHub token minter: its config, the tool, its socket and the revocation timer. */
+function githubTokenFiles(cfg: StackConfig): HostFile[] {
+    const github = cfg.gateway.github;
+    if (!github) return [];
+    const p = GATEWAY_AGENT_PATHS;
+    const minterConfig = {
+        appId: github.appId,
+        installationId: github.installationId,
+        maxPermissions: github.maxPermissions,
+        approvalRequired: github.approvalRequired,
+        apiUrl: github.apiUrl,
+    };
+    return [
+        { path: p.githubConfig, content: `${JSON.stringify(minterConfig, null, 2)}\n`, permissions: "0644" },
+        script(p.githubTokenClient, "github/airlock-github-token", {
+            configFile: py(p.githubConfig),
+            secretsFile: py(p.secrets),
+            appKeySecret: py(GITHUB_APP_KEY_SECRET),
+            socketPath: py(p.githubTokenSocket),
+            stateDir: py(GITHUB_STATE_DIR),
+            permissionNames: py(GITHUB_REPOSITORY_PERMISSIONS),
+        }),
+        config("/etc/systemd/system/airlock-github-token.socket", "github/airlock-github-token.socket", { socketPath: p.githubTokenSocket, agentUser: cfg.agent.user }),
+        config("/etc/systemd/system/airlock-github-token@.service", "github/airlock-github-token@.service"),
+        config("/etc/systemd/system/airlock-github-token-revoke.service", "github/airlock-github-token-revoke.service"),
+        config("/etc/systemd/system/airlock-github-token-revoke.timer", "github/airlock-github-token-revoke.timer"),
+    ];
 }
 
 /** One systemd service (alerting on failure, and on running longer than `timeout`) and the timer that starts it. */
@@ -323,7 +421,9 @@ function backupFiles(cfg: StackConfig): HostFile[] {
         script("/usr/local/sbin/airlock-backup-init", "backup/init"),
         script("/usr/local/sbin/airlock-backup", "backup/backup", {
             heartbeatUrl: shellQuoted(cfg.backup.heartbeatUrl),
-            gatewayPaths: `/etc/airlock /home/${cfg.agent.user}/.local/share/airlock ${AUDIT_DIR}`,
+            // The runtime's state volume; its secrets never (Pulumi holds them; a backup would widen who can read them).
+            gatewayPaths: [`/etc/airlock /home/${cfg.agent.user}/.local/share/airlock ${AUDIT_DIR}`, ...(cfg.gateway.agent ? [`${AGENT_STATE_MOUNT}/${AGENT_STATE_VOLUME}`] : [])].join(" "),
+            gatewayExcludes: cfg.gateway.agent ? `--exclude=${GATEWAY_AGENT_PATHS.secrets} ` : "",
         }),
         script("/usr/local/sbin/airlock-restic-check", "backup/check"),
         script("/usr/local/sbin/airlock-restore-drill", "backup/restore-drill", {
@@ -342,6 +442,19 @@ function backupFiles(cfg: StackConfig): HostFile[] {
         ...scheduled("airlock-restore-drill", "monthly restore drill of the sandbox's backups", "/usr/local/sbin/airlock-restore-drill", "*-*-01 06:00", "2h", "6h"),
         ...auditFiles(cfg),
     ];
+    if (cfg.gateway.agent?.memoryDb.enabled) {
+        files.push(
+            script("/usr/local/sbin/airlock-memory-dump", "backup/memory-dump", {
+                agentUser: cfg.agent.user,
+                agentUid: String(cfg.agent.uid),
+                container: AGENT_MEMORY_DB_CONTAINER,
+                database: AGENT_MEMORY_DB_NAME,
+            }),
+            script("/usr/local/sbin/airlock-memory-drill", "backup/memory-drill", { drillTables: cfg.gateway.agent.memoryDb.drillTables.join(" ") }),
+            ...scheduled("airlock-memory-dump", "hourly dump of the agent runtime's memory database", "/usr/local/sbin/airlock-memory-dump", "hourly", "5min", "45min"),
+            ...scheduled("airlock-memory-drill", "monthly restore drill of the agent runtime's memory database", "/usr/local/sbin/airlock-memory-drill", "*-*-01 07:00", "2h", "6h"),
+        );
+    }
     if (withDatabase) {
         files.push(
             script("/usr/local/sbin/airlock-db-dump", "backup/db-dump"),
@@ -368,7 +481,7 @@ function auditFiles(cfg: StackConfig): HostFile[] {
 }
 
 /** The cloud-init template plus every file as a write_files entry, and the join key file last. */
-function assemble(cfg: StackConfig, role: HostRole, files: HostFile[], vars: Record<string, string | number | string[]>): RenderedHost {
+function assemble(cfg: StackConfig, role: HostRole, files: HostFile[], vars: Record<string, string | number | string[]>, runFirst: string[][] = []): RenderedHost {
     const hostname = cfg.hostnames[role];
     const yamlVars = Object.fromEntries(
         Object.entries({ ...vars, hostname }).map(([name, value]) => [name, JSON.stringify(value)]),
@@ -379,6 +492,13 @@ function assemble(cfg: StackConfig, role: HostRole, files: HostFile[], vars: Rec
         { path: TAILNET_AUTH_KEY_PATH, content: TAILNET_AUTH_KEY_PLACEHOLDER, permissions: "0600", owner: "root:root" },
     ];
     doc.set("write_files", doc.createNode(writeFiles));
+    if (runFirst.length > 0) {
+        // Before the tailnet-addressed files (the compose check) are rendered.
+        const runcmd = doc.get("runcmd") as YAML.YAMLSeq;
+        const at = runcmd.items.findIndex((item) => JSON.stringify((item as YAML.YAMLSeq).toJSON()) === JSON.stringify(["systemctl", "enable", "--now", "airlock-tailnet-config.service"]));
+        if (at < 0) throw new Error(`templates/cloud-init/${role}.yaml: no runcmd enabling airlock-tailnet-config.service`);
+        runcmd.items.splice(at, 0, ...runFirst.map((command) => doc.createNode(command, { flow: true })));
+    }
     if (role === "sandbox") {
         // The host key the gateway pins; no other host keys are generated.
         doc.set("ssh_deletekeys", true);

@@ -17,6 +17,9 @@ export interface ResolvedImages {
     redis: string;
     api: string;
     adguard: string;
+    /** The agent runtime on the gateway and its memory database ("" when the stack has none). */
+    agent: string;
+    agentMemoryDb: string;
     services: Record<string, string>;
 }
 
@@ -149,6 +152,99 @@ export function renderSandboxCompose(cfg: StackConfig, images: ResolvedImages): 
     );
 }
 
+/** Where things the agent runtime reads live on the gateway (host paths). */
+export const GATEWAY_AGENT_PATHS = {
+    /** What `airlock secrets push|status` runs on the gateway, through the operator's sudo. */
+    secretsTool: "/usr/local/sbin/airlock-agent-secrets",
+    /** Written by `airlock secrets push` (root, 0600); only root tools read it. */
+    secrets: "/etc/airlock/agent/secrets.json",
+    /** The runtime's share of the secrets, staged from the file above at boot and on every push (root:agent, 0440, tmpfs). */
+    runtimeEnv: "/run/airlock-agent/runtime.env",
+    terminal: "/etc/airlock/agent/terminal.yaml",
+    sshConfig: "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf",
+    knownHosts: "/etc/airlock/known_hosts",
+    githubConfig: "/etc/airlock/github.json",
+    githubTokenSocket: "/run/airlock/github-token.sock",
+    githubTokenClient: "/usr/local/bin/airlock-github-token",
+} as const;
+
+/** The agent's own ssh key (generated on the gateway by airlock-gateway-agent-key). */
+export const agentSshKey = (cfg: StackConfig) => `/home/${cfg.agent.user}/.ssh/id_ed25519`;
+
+/** Compose names of the runtime's services and volumes (project "airlock"). */
+export const AGENT_SERVICE = "agent";
+export const AGENT_MEMORY_DB_SERVICE = "agent-memory-db";
+export const AGENT_STATE_VOLUME = "agent-state";
+export const AGENT_MEMORY_VOLUME = "agent-memory";
+export const AGENT_MEMORY_NETWORK = "agent-memory";
+/** The fixed-size filesystem (stateGb) that holds the runtime's volumes, mounted by airlock-agent-state. */
+export const AGENT_STATE_IMAGE = "/var/lib/airlock/agent-state.img";
+export const AGENT_STATE_MOUNT = "/var/lib/airlock/agent-state";
+/** A named volume whose data lives in `dir` on that filesystem. */
+const volumeOnStateFilesystem = (dir: string) => ({ driver_opts: { type: "none", o: "bind", device: `${AGENT_STATE_MOUNT}/${dir}` } });
+export const AGENT_MEMORY_DB_CONTAINER = "airlock-agent-memory-db";
+/** The memory database's name inside its PostgreSQL. */
+export const AGENT_MEMORY_DB_NAME = "memory";
+
+/**
+ * The agent's runtime: its loop, on the gateway, hardened like every service. It
+ * reaches the sandbox only through the pinned ssh config, and the internet only
+ * outbound; it publishes nothing except, optionally, one port on 127.0.0.1.
+ */
+function agentServices(cfg: StackConfig, images: ResolvedImages): { services: Record<string, Service>; networks: Record<string, object>; volumes: Record<string, object> } {
+    const runtime = cfg.gateway.agent;
+    if (!runtime) return { services: {}, networks: {}, volumes: {} };
+    const p = GATEWAY_AGENT_PATHS;
+    const readOnly = (host: string, container = host) => `${host}:${container}:ro`;
+    const github = cfg.gateway.github !== undefined;
+    const agent: Service = {
+        container_name: "airlock-agent",
+        image: images.agent,
+        ...(runtime.command ? { command: runtime.command } : {}),
+        // The image's entrypoint may start as root to drop to its own user.
+        cap_add: [...STARTUP_CAPABILITIES],
+        environment: {
+            ...runtime.environment,
+            AIRLOCK_TERMINAL_CONFIG: p.terminal,
+            ...(github ? { AIRLOCK_GITHUB_TOKEN_SOCKET: p.githubTokenSocket } : {}),
+        },
+        // Secrets arrive at run time (airlock secrets push), never in this file.
+        env_file: [p.runtimeEnv],
+        volumes: [
+            `${AGENT_STATE_VOLUME}:${runtime.statePath}`,
+            // The terminal backend: every command goes over the pinned ssh config to the sandbox.
+            readOnly(p.terminal),
+            readOnly(p.sshConfig),
+            readOnly(p.knownHosts),
+            readOnly(agentSshKey(cfg), "/root/.ssh/id_ed25519"),
+            // Per-task GitHub tokens from the root-side minter; the App key stays outside.
+            ...(github ? [`${p.githubTokenSocket}:${p.githubTokenSocket}`, readOnly(p.githubTokenClient)] : []),
+        ],
+        ...(runtime.port ? { ports: [`127.0.0.1:${runtime.port}:${runtime.port}`] } : {}),
+        networks: runtime.memoryDb.enabled ? ["egress", AGENT_MEMORY_NETWORK] : ["egress"],
+    };
+    const services: Record<string, Service> = { [AGENT_SERVICE]: hardened(agent, runtime) };
+    const volumes: Record<string, object> = { [AGENT_STATE_VOLUME]: volumeOnStateFilesystem(AGENT_STATE_VOLUME) };
+    const networks: Record<string, object> = {};
+    if (runtime.memoryDb.enabled) {
+        services[AGENT_MEMORY_DB_SERVICE] = hardened(
+            {
+                container_name: AGENT_MEMORY_DB_CONTAINER,
+                image: images.agentMemoryDb,
+                cap_add: [...STARTUP_CAPABILITIES],
+                // Reachable only on its internal network, from the runtime.
+                environment: { POSTGRES_HOST_AUTH_METHOD: "trust", POSTGRES_DB: AGENT_MEMORY_DB_NAME },
+                volumes: [`${AGENT_MEMORY_VOLUME}:/var/lib/postgresql/data`],
+                networks: [AGENT_MEMORY_NETWORK],
+            },
+            runtime.memoryDb,
+        );
+        volumes[AGENT_MEMORY_VOLUME] = volumeOnStateFilesystem(AGENT_MEMORY_VOLUME);
+        networks[AGENT_MEMORY_NETWORK] = { internal: true };
+    }
+    return { services, networks, volumes };
+}
+
 /**
  * One session's container (per-session mode): the shell's own hardened definition
  * with the session's name and workspace, on the sandbox project's networks. The
@@ -174,6 +270,7 @@ export const RESOLVER_PUBLISHED_PORT = 10053;
 
 export function renderGatewayCompose(cfg: StackConfig, images: ResolvedImages): string {
     const data = adguardDataDir(cfg);
+    const agent = agentServices(cfg, images);
     const services = {
         adguard: hardened({
             container_name: "airlock-adguard",
@@ -184,12 +281,16 @@ export function renderGatewayCompose(cfg: StackConfig, images: ResolvedImages): 
             read_only: true,
             networks: ["egress"],
         }),
+        ...agent.services,
     };
     return document(
         " airlock gateway workloads - rendered by airlock; run by the agent's rootless Docker.\n" +
             " @TAILNET_IPV4@ is filled at boot by airlock-tailnet-render (tailnet addresses only).",
         services,
-        { networks: { egress: {} } },
+        {
+            networks: { egress: {}, ...agent.networks },
+            ...(Object.keys(agent.volumes).length > 0 ? { volumes: agent.volumes } : {}),
+        },
     );
 }
 

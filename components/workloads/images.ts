@@ -15,6 +15,8 @@ export function configuredImages(cfg: StackConfig): ResolvedImages {
         redis: w.redis.image,
         api: w.api.image,
         adguard: w.adguard.image,
+        agent: cfg.gateway.agent?.image ?? "",
+        agentMemoryDb: cfg.gateway.agent?.memoryDb.image ?? "",
         services: Object.fromEntries(w.services.map((s) => [s.name, s.image])),
     };
 }

@@ -41,6 +41,8 @@ export class Workloads extends pulumi.ComponentResource {
             redis: w.redis.enabled ? resolve(configured.redis) : configured.redis,
             api: w.api.enabled ? resolve(configured.api) : configured.api,
             adguard: resolve(configured.adguard),
+            agent: cfg.gateway.agent ? resolve(configured.agent) : configured.agent,
+            agentMemoryDb: cfg.gateway.agent?.memoryDb.enabled ? resolve(configured.agentMemoryDb) : configured.agentMemoryDb,
             services: Object.fromEntries(Object.entries(configured.services).map(([k, v]) => [k, resolve(v)])),
         };
         this.images = pulumi.output(images);

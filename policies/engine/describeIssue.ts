@@ -12,6 +12,9 @@ export function describeIssue(issue: z.core.$ZodIssue): string {
             return missing ? `missing (expected ${article(issue.expected)})` : `expected ${article(issue.expected)}, got ${found(issue.input)}`;
         case "invalid_value":
             return missing ? `missing (expected one of ${issue.values.map(String).join(", ")})` : `expected one of ${issue.values.map(String).join(", ")}, got ${found(issue.input)}`;
+        case "invalid_key":
+            // A mapping's key (a variable name, a permission): what is wrong with it.
+            return issue.issues[0] ? describeIssue(issue.issues[0]) : issue.message;
         case "unrecognized_keys":
             return `unknown key${issue.keys.length > 1 ? "s" : ""} ${issue.keys.join(", ")}`;
         case "too_small":

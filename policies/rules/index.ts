@@ -32,6 +32,7 @@ import { sshdNoRootLogin } from "./sshd-no-root-login";
 import { sshdNoTunnel } from "./sshd-no-tunnel";
 import { sshdNoUserEnvironment } from "./sshd-no-user-environment";
 import { sshdNoX11Forwarding } from "./sshd-no-x11-forwarding";
+import { stackAgentUserIsThePolicys } from "./stack-agent-user-is-the-policys";
 import { stackSecretsEncrypted } from "./stack-secrets-encrypted";
 import { tailnetAclNoWildcards } from "./tailnet-acl-no-wildcards";
 import { tailscaleKeysSingleUse } from "./tailscale-keys-single-use";
@@ -71,6 +72,7 @@ export const RULES: Rule[] = [
     sshdNoTunnel,
     sshdNoUserEnvironment,
     sshdNoX11Forwarding,
+    stackAgentUserIsThePolicys,
     stackSecretsEncrypted,
     tailnetAclNoWildcards,
     tailscaleKeysSingleUse,

@@ -71,6 +71,24 @@ restic_() {
 		RESTIC_CACHE_DIR="$RESTIC_CACHE" command restic "$@"
 }
 
+# jq: a snapshot time (RFC 3339, any offset, restic's nanoseconds) as seconds since the epoch,
+# so snapshots are ordered as instants, not as strings.
+# shellcheck disable=SC2016,SC2034 # jq's variables; used by the drills that source this
+readonly SNAPSHOT_EPOCH_JQ='def epoch: capture("^(?<s>[0-9-]+T[0-9:]+)(?<f>\\.[0-9]+)?(?<z>Z|[+-][0-9]{2}:[0-9]{2})$") as $t
+	| ($t.s + "Z" | fromdateiso8601)
+	- (if $t.z == "Z" then 0 else ($t.z[0:1] + "1" | tonumber) * (($t.z[1:3] | tonumber) * 3600 + ($t.z[4:6] | tonumber) * 60) end)
+	+ ("0" + ($t.f // ".0") | tonumber);'
+
+# when EPOCH: a time for messages.
+when() { date -u -d "@$1" +%FT%TZ; }
+
+# fresh WHAT TIME MAX_HOURS: the newest snapshot of a kind must be recent; an older one
+# means the scheduled runs stopped (stalled, failing, a host gone), however well it restores.
+fresh() {
+	local age_hours=$((($(date +%s) - $2) / 3600))
+	((age_hours <= $3)) || fail "the newest ${1} is ${age_hours} hours old (from $(when "$2")): ${4:-backups have stopped}"
+}
+
 pinned_id_file() {
 	echo "${ENV_DIR}/${repository_name}.id"
 }

@@ -85,6 +85,23 @@ describe("container rules on compose", () => {
         expect(compose(composeText({ shell: service }))).toEqual([]);
     });
 
+    // A local named volume with a bind mounts its device: judged as that host path (seen passing `check` before).
+    it.each<[string, Record<string, any>, string[]]>([
+        ["/etc through a named bind volume", { driver_opts: { type: "none", o: "bind", device: "/etc" } }, ["containers-no-host-secret-mounts"]],
+        ["the rootless socket's directory, rbind,ro", { driver: "local", driver_opts: { type: "none", o: "rbind,ro", device: "/run/user/1500" } }, ["containers-no-docker-socket"]],
+        ["~/.ssh's parent", { driver_opts: { o: "bind", device: "/home" } }, ["containers-no-host-secret-mounts"]],
+    ])("a named volume that binds %s fails", (_, definition, rules) => {
+        const service = { ...hardenedService(), volumes: ["data:/data"] };
+        expect(ruleIds(compose(composeText({ shell: service }, { volumes: { data: definition } })))).toEqual(rules);
+        expect(ruleIds(compose(composeText({ shell: { ...service, volumes: [{ type: "volume", source: "data", target: "/data" }] } }, { volumes: { data: definition } })))).toEqual(rules);
+    });
+
+    it("legitimate: a named volume bound to a data directory, and a plain named volume", () => {
+        const service = { ...hardenedService(), volumes: ["state:/data", "cache:/cache"] };
+        const volumes = { state: { driver_opts: { type: "none", o: "bind", device: "/var/lib/airlock/agent-state/agent-state" } }, cache: {} };
+        expect(compose(composeText({ shell: service }, { volumes }))).toEqual([]);
+    });
+
     it("resolves anchors and merge keys before judging", () => {
         const text = [
             "x-hardened: &hardened",
