@@ -85,7 +85,7 @@ export async function startCheckpointRig(cfg: StackConfig, sandbox: RenderedHost
         run("chown", [String(uid), agentSocket]);
         importTestImage(docker, dockerDir, RIG_IMAGE, ["/usr/bin/git"]);
 
-        const images = { sandboxShell: RIG_IMAGE, browser: RIG_IMAGE, postgres: RIG_IMAGE, redis: RIG_IMAGE, api: RIG_IMAGE, adguard: RIG_IMAGE, services: {} };
+        const images = { sandboxShell: RIG_IMAGE, browser: RIG_IMAGE, postgres: RIG_IMAGE, redis: RIG_IMAGE, api: RIG_IMAGE, adguard: RIG_IMAGE, agent: RIG_IMAGE, agentMemoryDb: RIG_IMAGE, services: {} };
         const compose = path.join(work, "compose.yml");
         fs.writeFileSync(compose, renderSandboxCompose(cfg, images).replaceAll("@TAILNET_IPV4@", "127.0.0.1").replace("- /workspace:/workspace", `- ${dirs.link}:/workspace`));
         const sessionCompose = path.join(work, "compose.session.yml.in");
