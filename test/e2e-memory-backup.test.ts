@@ -124,6 +124,22 @@ describe.runIf(canRun)("the memory database's backups and drill", () => {
         expect(drill.status).toBe(1);
     });
 
+    it("a dump too large for the drill's scratch space fails before anything is written there", () => {
+        const repo = gatewayRepository();
+        const dumped = rig.script("airlock-memory-dump", [], repo, memoryDbExec());
+        expect(dumped.status, dumped.stderr).toBe(0);
+        const scratch = fs.mkdtempSync(path.join(rig.dir, "small-scratch-"));
+        expect(run("mount", ["-t", "tmpfs", "-o", "size=32m", "tmpfs", scratch]).status).toBe(0);
+        try {
+            const drill = rig.script("airlock-memory-drill", [], repo, { AIRLOCK_SCRATCH_DIR: scratch });
+            expect(drill.stderr).toMatch(/^airlock-memory-drill: FAILED: the memory database dump \(\d+ bytes\) does not fit in the drill's scratch space \(\d+ bytes free, \d+ needed\)\n$/);
+            expect(drill.status).toBe(1);
+            expect(run("df", ["--output=used", "-B1", scratch]).stdout.split("\n")[1].trim()).toMatch(/^\d{1,6}$/);
+        } finally {
+            run("umount", [scratch]);
+        }
+    });
+
     it("the alert a failed drill fires reaches the webhook with the unit's name", async () => {
         const received: string[] = [];
         const server = http.createServer((req, res) => {

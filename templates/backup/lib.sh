@@ -23,6 +23,11 @@ readonly SANDBOX_EXEC="${AIRLOCK_SANDBOX_EXEC:-{{sandboxSsh}}}"
 readonly DRILL_USER=airlock-drill
 # A hostile dump can make a restore spin; the confinement is killed after this.
 readonly CONFINED_TIMEOUT=3h
+# A database restore holds the dump twice (fetched, then copied in for the confinement)
+# and the restored tables (a compressed custom-format dump expands: room for 4 times
+# its size), beside a scratch cluster of its own.
+# shellcheck disable=SC2034 # used by the drills that source this
+readonly DUMP_ROOM_FACTOR=6 CLUSTER_ROOM=$((64 * 1024 * 1024))
 PROGRAM="${0##*/}"
 readonly PROGRAM
 
@@ -89,6 +94,18 @@ fresh() {
 	((age_hours <= $3)) || fail "the newest ${1} is ${age_hours} hours old (from $(when "$2")): ${4:-backups have stopped}"
 }
 
+# fits DIR SNAPSHOT FILE WHAT FACTOR [EXTRA]: fails unless FILE of SNAPSHOT (its size as
+# restic recorded it), FACTOR times over plus EXTRA bytes, fits in DIR's free space: a huge
+# file from the sandbox (or the runtime) fails here, it does not fill the gateway's disk.
+fits() {
+	local size free need
+	size="$(restic_ ls --json "$2" | jq -r --arg name "$3" 'select(.name == $name) | .size' | head -n 1)"
+	[[ "$size" =~ ^[0-9]+$ ]] || fail "the ${4} is not in its snapshot"
+	free="$(($(stat -f -c '%a * %S' "$1")))"
+	need=$((size * $5 + ${6:-0}))
+	((need < free)) || fail "the ${4} (${size} bytes) does not fit in the drill's scratch space (${free} bytes free, ${need} needed)"
+}
+
 pinned_id_file() {
 	echo "${ENV_DIR}/${repository_name}.id"
 }
@@ -126,7 +143,7 @@ new_scratch() {
 	local scratch uid gid
 	uid="$(id -u "$DRILL_USER" 2>/dev/null)" || fail "the unprivileged user ${DRILL_USER} is missing (the gateway's cloud-init creates it)"
 	gid="$(id -g "$DRILL_USER")"
-	# Under /var/tmp (on disk, not in memory); the drill checks each archive fits before restoring it.
+	# Under /var/tmp (on disk, not in memory); the drills check what they restore fits first (fits).
 	scratch="$(mktemp -d "${AIRLOCK_SCRATCH_DIR:-/var/tmp}/airlock-drill.XXXXXX")"
 	install -d -m 0750 -o root -g "$gid" "$scratch/input" "$scratch/etc"
 	install -d -m 0700 -o "$uid" -g "$gid" "$scratch/work"
