@@ -225,7 +225,7 @@ export function summarize(plan: StackPlan): PlanSummary {
                       `sshd on the tailnet address only, user ${cfg.agent.user}, keys only`,
                       `every command: ForceCommand wrapper -> docker exec agent-sandbox-shell (rootless Docker), in /workspace`,
                       `env passed into the container: ${cfg.agent.envAllowlist.join(", ")}`,
-                      `/workspace on a ${cfg.sandbox.workspaceVolumeGb} GB hcloud Volume`,
+                      `/workspace on a ${cfg.sandbox.workspaceVolumeGb} GB hcloud Volume (btrfs): checkpoints (keep ${cfg.sandbox.checkpoints.keep}, ${cfg.sandbox.checkpoints.keepDays} days${cfg.sandbox.checkpoints.auto ? ", automatic before destructive commands" : ""}); sessions: ${cfg.sandbox.sessions.mode}`,
                       `containers: ${containersOf(plan, "sandbox").join(", ")}`,
                       `DNS through the gateway's AdGuard Home (${cfg.dns.mode}); nftables: DNS to it only, no metadata service for uid ${cfg.agent.uid}`,
                   ]

@@ -33,7 +33,8 @@ export class SandboxHost extends pulumi.ComponentResource {
                 name: `${this.hostname}-workspace`,
                 size: args.workspaceVolumeGb,
                 location: args.server.location,
-                format: "ext4",
+                // Unformatted: airlock-mount-workspace makes it btrfs on first use (checkpoints need
+                // snapshots). Dropping `format` from an existing ext4 volume changes nothing on it.
                 labels: { airlock: args.prefix, "airlock-role": "workspace" },
                 deleteProtection: args.protectWorkspace,
             },

@@ -80,6 +80,53 @@ describe("stack config schema", () => {
         expect(configFromPulumiRuntime(all, "dev")).toEqual(readStackFile(stackFile("dev")));
     });
 
+    it("checkpoints and sessions have their defaults, and a session mode can be written as a string", () => {
+        const cfg = readStackFile(stackFile("dev"));
+        expect(cfg.sandbox.checkpoints).toEqual({ keep: 20, keepDays: 7, auto: true, minFreePercent: 10 });
+        expect(cfg.sandbox.sessions).toEqual({ mode: "shared", idleMinutes: 60, max: 8 });
+        const perSession = readStackFile(editedStack("dev", (c) => (c["airlock:sandbox"].sessions = "per-session")));
+        expect(perSession.sandbox.sessions).toEqual({ mode: "per-session", idleMinutes: 60, max: 8 });
+        const tuned = readStackFile(editedStack("dev", (c) => (c["airlock:sandbox"].sessions = { mode: "per-session", idleMinutes: 15 })));
+        expect(tuned.sandbox.sessions).toEqual({ mode: "per-session", idleMinutes: 15, max: 8 });
+    });
+
+    it("per-session mode lets sshd accept AIRLOCK_SESSION; shared mode does not", () => {
+        expect(readStackFile(stackFile("dev")).agent.envAllowlist).toEqual(["GITHUB_TOKEN"]);
+        const perSession = readStackFile(editedStack("dev", (c) => (c["airlock:sandbox"].sessions = "per-session")));
+        expect(perSession.agent.envAllowlist).toEqual(["GITHUB_TOKEN", "AIRLOCK_SESSION"]);
+        const listed = readStackFile(
+            editedStack("dev", (c) => {
+                c["airlock:sandbox"].sessions = "per-session";
+                c["airlock:agent"].envAllowlist = ["AIRLOCK_SESSION", "GITHUB_TOKEN"];
+            }),
+        );
+        expect(listed.agent.envAllowlist).toEqual(["AIRLOCK_SESSION", "GITHUB_TOKEN"]);
+    });
+
+    it.each([
+        [{ keep: 0 }, "airlock:sandbox.checkpoints.keep"],
+        [{ keepDays: 1000 }, "airlock:sandbox.checkpoints.keepDays"],
+        [{ auto: "yes" }, "airlock:sandbox.checkpoints.auto"],
+        [{ minFreePercent: 90 }, "airlock:sandbox.checkpoints.minFreePercent"],
+        [{ keepHours: 3 }, "airlock:sandbox.checkpoints"],
+    ])("a bad checkpoints value %j is one line naming %s", (checkpoints, where) => {
+        const file = editedStack("dev", (c) => (c["airlock:sandbox"].checkpoints = checkpoints));
+        const problems = problemsOf(file);
+        expect(problems).toHaveLength(1);
+        expect(problems[0]).toMatch(new RegExp(`: ${where.replace(/\./g, "\\.")}: `));
+    });
+
+    it.each([
+        ["per-task", "airlock:sandbox.sessions.mode"],
+        [{ mode: "per-session", idleMinutes: 1 }, "airlock:sandbox.sessions.idleMinutes"],
+        [{ mode: "per-session", max: 0 }, "airlock:sandbox.sessions.max"],
+    ])("a bad sessions value %j is one line naming %s", (sessions, where) => {
+        const file = editedStack("dev", (c) => (c["airlock:sandbox"].sessions = sessions));
+        const problems = problemsOf(file);
+        expect(problems).toHaveLength(1);
+        expect(problems[0]).toMatch(new RegExp(`: ${where.replace(/\./g, "\\.")}: `));
+    });
+
     it.each<[string, string, string]>([
         ["a tab as indentation", "config:\n  airlock:prefix: x\n\tairlock:agent: {}\n", ":3:1: YAML syntax error: Tabs are not allowed as indentation"],
         ["a duplicate key", "config:\n  airlock:prefix: x\n  airlock:prefix: y\n", ":3:3: YAML syntax error: Map keys must be unique"],

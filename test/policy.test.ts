@@ -100,7 +100,7 @@ describe("one policy: policies/config.json", () => {
         ["an unknown policy", (p) => (p["containers-no-dockr-socket"] = "advisory"), "containers-no-dockr-socket: no such policy in the airlock pack"],
         ["an unknown level", (p) => (p.all = "strict"), 'all: expected one of mandatory, advisory, disabled, got the string "strict"'],
         ["a value a policy does not take", (p) => (p["containers-no-devices"] = { retentionDays: 3 }), "containers-no-devices: unknown key retentionDays"],
-        ["a forbidden variable", (p) => p["sshd-accept-env-allowlist"].envAllowlist.push("LD_PRELOAD"), "sshd-accept-env-allowlist.envAllowlist[1]: this variable changes how programs run"],
+        ["a forbidden variable", (p) => p["sshd-accept-env-allowlist"].envAllowlist.push("LD_PRELOAD"), "sshd-accept-env-allowlist.envAllowlist[2]: this variable changes how programs run"],
     ])("a policy file with %s is refused with one line naming the key (exit 2)", (_, edit, message) => {
         const file = policyFile(edit);
         expect(problemsOf(file)).toEqual([`${file}: ${message}`].map((m) => expect.stringContaining(m)));

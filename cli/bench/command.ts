@@ -33,7 +33,7 @@ export interface CommandCost {
 const USER = "airlock-bench";
 const IMAGE = "airlock-bench/shell:1";
 
-function series(samples: number[]): Series {
+export function series(samples: number[]): Series {
     const sorted = [...samples].sort((a, b) => a - b);
     const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
     return { runs: samples.length, p50: at(0.5), p95: at(0.95), mean: samples.reduce((a, b) => a + b, 0) / samples.length };

@@ -8,6 +8,7 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { forkStack } from "../fork";
+import { checkpointCost, CheckpointCost, checkpointCostUnavailable } from "./checkpoints";
 import { planStack } from "../offline";
 import { startup, Startup, throughput, Throughput } from "./checker";
 import { commandCost, CommandCost, commandCostUnavailable } from "./command";
@@ -129,7 +130,43 @@ function formatMarkdown(results: Record<string, any>): string {
             `- \`docker exec\` itself is ${((cmd.floor.p50 / cmd.sshMultiplexed.p50) * 100).toFixed(0)}% of a multiplexed command. The alternative - a long-lived shell server inside the container that the wrapper feeds over a socket - would skip the per-command container exec setup (runc exec, namespace entry), at the price of a process that outlives commands and a second channel into the container that the policy gate cannot see; not built.`,
         );
     }
+    lines.push("", ...checkpointSection(results.checkpoints as CheckpointCost | { skipped: string }));
     return `${lines.join("\n")}\n`;
+}
+
+function checkpointSection(ck: CheckpointCost | { skipped: string }): string[] {
+    const lines = ["## 6. Checkpoints, restores and sessions", ""];
+    if ("skipped" in ck) return [...lines, `Not measured in this run: ${ck.skipped}.`];
+    const ms = (s: { p50: number }) => `${s.p50.toFixed(0)} ms`;
+    const at = (label: string) => ck.sizes.find((s) => s.label === label)!;
+    const [small, , large] = ck.sizes;
+    const gib = at("1 GiB");
+    const c = ck.commands;
+    return [
+        ...lines,
+        "The engine (`/usr/local/libexec/airlock/checkpoint`, as the broker runs it) on a btrfs filesystem on a loop device, laid out by the rendered mount script, with the rendered compose on a test dockerd. A checkpoint is a read-only snapshot plus the image of every container (asked of the agent's Docker, as the agent, while btrfs snapshots), then the workspaces' quota caps are reset (`btrfs qgroup show` and `limit` per live workspace); a restore stops the shell container, snapshots the current state (it becomes a checkpoint), swaps the workspace in one `renameat2(RENAME_EXCHANGE)`, and recreates the container from its pinned image with `docker-compose`. Five files change between samples, as between an agent's steps. Times are wall clock of the whole program, Python start-up included.",
+        "",
+        "| workspace | files | checkpoint p50 | p95 | restore p50 (container recreated) | p95 | `btrfs subvolume snapshot -r` alone p50 |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        ...ck.sizes.map((s) => `| ${s.label} | ${s.files.toLocaleString("en-US")} | ${ms(s.checkpoint)} | ${s.checkpoint.p95.toFixed(0)} ms | ${ms(s.restore)} | ${s.restore.p95.toFixed(0)} ms | ${s.snapshot.p50.toFixed(1)} ms |`),
+        "",
+        `- Target at 1 GiB: checkpoint p50 under 100 ms - ${gib.checkpoint.p50 < 100 ? "met" : "not met"} (${ms(gib.checkpoint)}); restore p50 under 1 s - ${gib.restore.p50 < 1000 ? "met" : "not met"} (${ms(gib.restore)}). Fly's published anchors: checkpoint about 300 ms, restore about 1 s.`,
+        `- Flat in size: from ${small.label} to ${large.label} (${(large.bytes / small.bytes).toFixed(0)}x the data), a checkpoint costs ${(large.checkpoint.p50 / small.checkpoint.p50).toFixed(2)}x and a restore ${(large.restore.p50 / small.restore.p50).toFixed(2)}x.`,
+        `- Where a restore's time goes: the btrfs work is a few snapshots and a rename (${gib.snapshot.p50.toFixed(1)} ms per snapshot); the rest is Docker - removing the container and \`docker-compose up\` (Debian 12's docker-compose 1.29 is Python and takes about half a second just to start). A checkpoint's own cost is mostly the engine's start and asking Docker for the images.`,
+        "- Through ssh the verbs add one multiplexed command's cost (section 5).",
+        "",
+        "One command (`true`) through the rendered wrapper as the agent user, with the root broker and the real engine (no ssh):",
+        "",
+        "| command | runs | p50 | p95 | vs plain |",
+        "|---|---:|---:|---:|---:|",
+        `| plain (shared container, automatic checkpoints off) | ${c.plainNoAuto.runs} | ${ms(c.plainNoAuto)} | ${c.plainNoAuto.p95.toFixed(0)} ms | ${(c.plainNoAuto.p50 / c.plainNoAuto.p50).toFixed(2)}x |`,
+        `| plain (shared container, automatic checkpoints on: the command is matched against the list) | ${c.plain.runs} | ${ms(c.plain)} | ${c.plain.p95.toFixed(0)} ms | ${(c.plain.p50 / c.plainNoAuto.p50).toFixed(2)}x |`,
+        `| in a running session (per-session mode) | ${c.sessionWarm.runs} | ${ms(c.sessionWarm)} | ${c.sessionWarm.p95.toFixed(0)} ms | ${(c.sessionWarm.p50 / c.plainNoAuto.p50).toFixed(2)}x |`,
+        `| first command of a new session (cold start: workspace cloned, container created) | ${c.sessionCold.runs} | ${ms(c.sessionCold)} | ${c.sessionCold.p95.toFixed(0)} ms | ${(c.sessionCold.p50 / c.plainNoAuto.p50).toFixed(2)}x |`,
+        "",
+        `- Matching a command against the destructive-command list costs ${(c.plain.p50 - c.plainNoAuto.p50).toFixed(1)} ms (p50 difference).`,
+        `- A session's cold start costs ${(c.sessionCold.p50 / c.plainNoAuto.p50).toFixed(1)}x a plain command, once per session; after that each command pays ${(c.sessionWarm.p50 - c.plainNoAuto.p50).toFixed(0)} ms for the broker's session check (the engine's start and one \`docker inspect\`).`,
+    ];
 }
 
 async function main(): Promise<void> {
@@ -179,6 +216,14 @@ async function main(): Promise<void> {
     } else {
         log("command cost...");
         results.command = await commandCost(200, 60, log);
+    }
+    const noCheckpoints = checkpointCostUnavailable();
+    if (noCheckpoints) {
+        log(`checkpoints: skipped (${noCheckpoints})`);
+        results.checkpoints = { skipped: noCheckpoints };
+    } else {
+        log("checkpoints and sessions...");
+        results.checkpoints = await checkpointCost(log);
     }
     results.benchSeconds = (performance.now() - started) / 1000;
 

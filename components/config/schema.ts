@@ -28,6 +28,9 @@ export const SERVER_TYPES = [
 
 export const LOCATIONS = ["fsn1", "nbg1", "hel1", "ash", "hil", "sin"] as const;
 
+/** The variable a client sets to pick its session (per-session mode). */
+export const SESSION_ENV = "AIRLOCK_SESSION";
+
 const envName = z
     .string()
     .regex(ENV_NAME, "expected an exact variable name in upper case (no wildcards)")
@@ -261,6 +264,36 @@ const stackConfigBase = z.strictObject({
         workspaceVolumeGb: z.number().int().min(10).max(10240).default(20),
         /** Pulumi `protect` on the workspace volume. */
         protectWorkspace: z.boolean().default(true),
+        /** The undo button: read-only btrfs snapshots of the workspace, taken by a root helper. */
+        checkpoints: z
+            .strictObject({
+                /** At most this many checkpoints per workspace; the oldest go first. */
+                keep: z.number().int().min(1).max(500).default(20),
+                /** Checkpoints older than this are removed (the newest of each workspace is always kept). */
+                keepDays: z.number().int().min(1).max(365).default(7),
+                /** Take a checkpoint before a command that matches templates/checkpoints/destructive-commands. */
+                auto: z.boolean().default(true),
+                /** Free-space floor of the volume: below it, the oldest checkpoints are removed first. */
+                minFreePercent: z.number().int().min(1).max(50).default(10),
+            })
+            .prefault({}),
+        /**
+         * `shared`: one container and workspace for every command. `per-session`: the
+         * client's AIRLOCK_SESSION picks a container and workspace of its own (a connection
+         * without it gets a throwaway one). The string is shorthand for `{mode}`.
+         */
+        sessions: z
+            .preprocess(
+                (value) => (typeof value === "string" ? { mode: value } : value),
+                z.strictObject({
+                    mode: z.enum(["shared", "per-session"]).default("shared"),
+                    /** A session unused this long is archived as a checkpoint and its container removed. */
+                    idleMinutes: z.number().int().min(5).max(10080).default(60),
+                    /** Sessions that may exist at once (each is a container with the shell's limits). */
+                    max: z.number().int().min(1).max(64).default(8),
+                }),
+            )
+            .prefault({}),
     }),
     tailnet: z
         .strictObject({
@@ -347,8 +380,14 @@ export const stackConfigSchema = stackConfigBase
 
 /** Tags and hostnames follow from the prefix unless set, so a forked stack is unique by default. */
 function withDerivedDefaults(cfg: z.output<typeof stackConfigBase>) {
+    const perSession = cfg.sandbox.sessions.mode === "per-session";
     return {
         ...cfg,
+        agent: {
+            ...cfg.agent,
+            // Per-session mode: the client names its session with this variable, so sshd must accept it.
+            envAllowlist: perSession && !cfg.agent.envAllowlist.includes(SESSION_ENV) ? [...cfg.agent.envAllowlist, SESSION_ENV] : cfg.agent.envAllowlist,
+        },
         tailnet: {
             ...cfg.tailnet,
             gatewayTag: cfg.tailnet.gatewayTag ?? `tag:${cfg.prefix}-gateway`,

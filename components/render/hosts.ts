@@ -19,6 +19,7 @@ import {
     ResolvedImages,
     RESOLVER_PUBLISHED_PORT,
 } from "../workloads/compose";
+import { CHECKPOINT_ENGINE_PATH, checkpointFiles } from "./checkpoints";
 import { renderTemplate } from "./templates";
 
 export { TAILNET_AUTH_KEY_PATH, TAILNET_AUTH_KEY_PLACEHOLDER };
@@ -200,10 +201,11 @@ export function renderSandbox(cfg: StackConfig, images: ResolvedImages): Rendere
             envAllowlist: cfg.agent.envAllowlist.join(" "),
         }),
         script("/usr/local/sbin/airlock-agent-home", "scripts/agent-home", { agentUser: user }),
-        bootCheck(cfg, ["ssh.service", EGRESS_UNIT, "airlock-broker.socket", "airlock-workspace.service", `user@${cfg.agent.uid}.service`]),
+        bootCheck(cfg, ["ssh.service", EGRESS_UNIT, "airlock-broker.socket", "airlock-workspace.service", "airlock-checkpoints.timer", `user@${cfg.agent.uid}.service`]),
         ...brokerFiles(cfg),
         script("/usr/local/sbin/airlock-mount-workspace", "scripts/mount-workspace", { agentUser: user }),
-        config("/etc/systemd/system/airlock-workspace.service", "systemd/airlock-workspace.service"),
+        ...checkpointFiles(cfg, images),
+        config("/etc/systemd/system/airlock-workspace.service", "systemd/airlock-workspace.service", { engine: CHECKPOINT_ENGINE_PATH }),
         { path: "/etc/airlock/resolv.conf.in", content: "# airlock: the gateway's AdGuard Home is the only resolver.\nnameserver @RESOLVER_IPV4@\noptions edns0\n", permissions: "0644" },
         { path: EGRESS_RULES_PATH, content: renderEgressRules(cfg), permissions: "0600" },
         config(`/etc/systemd/system/${EGRESS_UNIT}`, "systemd/airlock-egress.service"),
@@ -269,6 +271,8 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
             sandboxHost: cfg.hostnames.sandbox,
             agentUser: user,
             envPassthrough: JSON.stringify(cfg.agent.envAllowlist),
+            autoCheckpoint: String(cfg.sandbox.checkpoints.auto),
+            sessions: cfg.sandbox.sessions.mode,
         }),
         script("/usr/local/sbin/airlock-gateway-agent-key", "scripts/gateway-agent-key", { agentUser: user }),
         { path: "/etc/airlock/adguard/AdGuardHome.yaml", content: renderAdguardConfig(cfg), permissions: "0644" },

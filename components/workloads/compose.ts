@@ -54,24 +54,42 @@ function document(header: string, services: Record<string, Service>, extra: Reco
     return doc.toString({ lineWidth: 0 });
 }
 
+/** Whether the sandbox compose file has an internal (backend) network. */
+function hasBackend(cfg: StackConfig): boolean {
+    const w = cfg.workloads;
+    return w.postgres.enabled || w.redis.enabled || w.api.enabled || w.services.some((s) => s.network === "internal");
+}
+
+/** The container every agent command runs in; a session's is the same definition with its own name and workspace. */
+function shellService(cfg: StackConfig, images: ResolvedImages, containerName: string, workspace: string): Service {
+    return hardened(
+        {
+            container_name: containerName,
+            image: images.sandboxShell,
+            hostname: "sandbox",
+            command: ["sleep", "infinity"],
+            working_dir: "/workspace",
+            cap_add: STARTUP_CAPABILITIES,
+            read_only: false,
+            volumes: [`${workspace}:/workspace`],
+            networks: hasBackend(cfg) ? ["egress", "internal"] : ["egress"],
+        },
+        cfg.workloads.sandboxShell,
+    );
+}
+
+/** Where a session's workspace subvolume is reached on the host (see templates/scripts/mount-workspace). */
+export const SESSION_WORKSPACES_DIR = "/var/lib/airlock/workspaces";
+/** Filled by the checkpoint helper with the session's workspace name (s-<name> or c-<connection>). */
+export const SESSION_PLACEHOLDER = "@SESSION@";
+/** The sandbox compose project; a session's containers join its networks. */
+export const SANDBOX_COMPOSE_PROJECT = "airlock";
+
 export function renderSandboxCompose(cfg: StackConfig, images: ResolvedImages): string {
     const w = cfg.workloads;
-    const backend = w.postgres.enabled || w.redis.enabled || w.api.enabled || w.services.some((s) => s.network === "internal");
+    const backend = hasBackend(cfg);
     const services: Record<string, Service> = {
-        "agent-sandbox-shell": hardened(
-            {
-                container_name: "agent-sandbox-shell",
-                image: images.sandboxShell,
-                hostname: "sandbox",
-                command: ["sleep", "infinity"],
-                working_dir: "/workspace",
-                cap_add: STARTUP_CAPABILITIES,
-                read_only: false,
-                volumes: ["/workspace:/workspace"],
-                networks: backend ? ["egress", "internal"] : ["egress"],
-            },
-            w.sandboxShell,
-        ),
+        "agent-sandbox-shell": shellService(cfg, images, "agent-sandbox-shell", "/workspace"),
     };
     if (w.browser.enabled) {
         services.browser = hardened(
@@ -225,6 +243,22 @@ function agentServices(cfg: StackConfig, images: ResolvedImages): { services: Re
         networks[AGENT_MEMORY_NETWORK] = { internal: true };
     }
     return { services, networks, volumes };
+}
+
+/**
+ * One session's container (per-session mode): the shell's own hardened definition
+ * with the session's name and workspace, on the sandbox project's networks. The
+ * checkpoint helper fills @SESSION@ (a validated name) and nothing else, so the gate
+ * judges every session container by this file.
+ */
+export function renderSessionCompose(cfg: StackConfig, images: ResolvedImages): string {
+    const external = (name: string) => ({ external: true, name: `${SANDBOX_COMPOSE_PROJECT}_${name}` });
+    return document(
+        " airlock session workloads - rendered by airlock; one project per session, run by the\n" +
+            " agent's rootless Docker. @SESSION@ is filled by the checkpoint helper with the session's name.",
+        { "agent-sandbox-shell": shellService(cfg, images, `agent-${SESSION_PLACEHOLDER}`, `${SESSION_WORKSPACES_DIR}/${SESSION_PLACEHOLDER}`) },
+        { networks: { egress: external("egress"), ...(hasBackend(cfg) ? { internal: external("internal") } : {}) } },
+    );
 }
 
 /**

@@ -1,6 +1,7 @@
 import { ChildProcess, spawn } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
+import { CHECKPOINT_CLIENT_PATH, DESTRUCTIVE_RULES_PATH } from "../../components/render/checkpoints";
 import { BROKER_CLIENT_PATH, BROKER_PATH, BROKER_SOCKET_PATH, RenderedHost } from "../../components/render/hosts";
 import { renderedFile } from "./stacks";
 import { isRoot, run } from "./tools";
@@ -27,6 +28,13 @@ export function brokerClient(sandbox: RenderedHost, socket: string): string {
     return client.replace(`BROKER_SOCKET=${BROKER_SOCKET_PATH}\n`, `BROKER_SOCKET=${socket}\n`);
 }
 
+/** The rendered checkpoint client with the destructive-command list moved under `root` (nothing else changes). */
+export function checkpointClient(sandbox: RenderedHost, root: string): string {
+    const client = renderedFile(sandbox, CHECKPOINT_CLIENT_PATH);
+    if (!client.includes(`DESTRUCTIVE_RULES=${DESTRUCTIVE_RULES_PATH}\n`)) throw new Error("checkpoint client: rules path not found");
+    return client.replace(`DESTRUCTIVE_RULES=${DESTRUCTIVE_RULES_PATH}\n`, `DESTRUCTIVE_RULES=${path.join(root, DESTRUCTIVE_RULES_PATH)}\n`);
+}
+
 /**
  * Installs the wrapper, the broker client (socket moved under `dir`) and the broker
  * itself into `dir` at their host paths; returns the paths.
@@ -37,11 +45,14 @@ export function installBrokerFiles(sandbox: RenderedHost, dir: string): { broker
     fs.mkdirSync(path.dirname(broker), { recursive: true });
     fs.writeFileSync(broker, renderedFile(sandbox, BROKER_PATH), { mode: 0o755 });
     fs.writeFileSync(path.join(dir, BROKER_CLIENT_PATH), brokerClient(sandbox, socket), { mode: 0o644 });
+    fs.writeFileSync(path.join(dir, CHECKPOINT_CLIENT_PATH), checkpointClient(sandbox, dir), { mode: 0o644 });
+    fs.mkdirSync(path.dirname(path.join(dir, DESTRUCTIVE_RULES_PATH)), { recursive: true });
+    fs.writeFileSync(path.join(dir, DESTRUCTIVE_RULES_PATH), renderedFile(sandbox, DESTRUCTIVE_RULES_PATH));
     return { broker, socket, stateDir: path.join(dir, "var/lib/airlock/record") };
 }
 
 /** Starts the broker for connections to `socket`; `group` may connect (root tests: the agent's group). */
-export async function startBroker(broker: string, socket: string, stateDir: string, group?: string): Promise<TestBroker> {
+export async function startBroker(broker: string, socket: string, stateDir: string, group?: string, env: Record<string, string> = {}): Promise<TestBroker> {
     fs.mkdirSync(path.dirname(socket), { recursive: true, mode: 0o755 });
     fs.rmSync(socket, { force: true });
     fs.mkdirSync(stateDir, { recursive: true, mode: 0o700 });
@@ -50,7 +61,7 @@ export async function startBroker(broker: string, socket: string, stateDir: stri
     const out = fs.openSync(log, "a");
     const child: ChildProcess = spawn(
         "systemd-socket-activate",
-        ["--accept", "--inetd", "--listen", socket, `--setenv=STATE_DIRECTORY=${stateDir}`, broker],
+        ["--accept", "--inetd", "--listen", socket, `--setenv=STATE_DIRECTORY=${stateDir}`, ...Object.entries(env).map(([k, v]) => `--setenv=${k}=${v}`), broker],
         { stdio: ["ignore", out, out] },
     );
     fs.closeSync(out);

@@ -61,8 +61,8 @@ export async function startDockerd(dir: string, extraSockets: string[] = []): Pr
  * A minimal image with busybox and bash (the wrapper runs `bash -lc`), from this
  * machine's own binaries: no registry, no network.
  */
-export function importTestImage(docker: TestDocker, dir: string, tag: string): void {
-    const rootfs = path.join(dir, "rootfs");
+export function importTestImage(docker: TestDocker, dir: string, tag: string, extraPrograms: string[] = []): void {
+    const rootfs = path.join(dir, `rootfs-${tag.replace(/[^a-z0-9]/g, "-")}`);
     fs.mkdirSync(path.join(rootfs, "bin"), { recursive: true });
     for (const d of ["tmp", "run", "workspace", "proc", "sys", "dev", "etc"]) fs.mkdirSync(path.join(rootfs, d), { recursive: true });
     fs.copyFileSync("/bin/busybox", path.join(rootfs, "bin/busybox"));
@@ -79,6 +79,19 @@ export function importTestImage(docker: TestDocker, dir: string, tag: string): v
         const target = path.join(rootfs, lib[1]);
         fs.mkdirSync(path.dirname(target), { recursive: true });
         fs.copyFileSync(fs.realpathSync(lib[1]), target);
+    }
+    // Further programs (e.g. /usr/bin/git) at their own paths, with their libraries.
+    for (const program of extraPrograms) {
+        const target = path.join(rootfs, program);
+        fs.mkdirSync(path.dirname(target), { recursive: true });
+        fs.copyFileSync(fs.realpathSync(program), target);
+        fs.chmodSync(target, 0o755);
+        for (const lib of run("ldd", [program]).stdout.matchAll(/(\/\S+\.so[.\d]*)/g)) {
+            const libTarget = path.join(rootfs, lib[1]);
+            if (fs.existsSync(libTarget)) continue;
+            fs.mkdirSync(path.dirname(libTarget), { recursive: true });
+            fs.copyFileSync(fs.realpathSync(lib[1]), libTarget);
+        }
     }
     fs.writeFileSync(path.join(rootfs, "etc/passwd"), "root:x:0:0:root:/root:/bin/bash\n");
     const imported = run("sh", ["-c", `tar -C '${rootfs}' -c . | docker import --change 'CMD ["sleep","infinity"]' - ${tag}`], { env: docker.env });

@@ -17,6 +17,8 @@ const CACHE = "/var/cache/airlock-nspawn";
 export const ROOTFS_PACKAGES = [
     "systemd", "systemd-sysv", "dbus", "dbus-user-session", "libpam-systemd",
     "nftables", "iproute2", "procps", "openssh-server", "passwd", "util-linux", "python3", "socat",
+    // The checkpoint engine's btrfs commands (the sandbox installs them too).
+    "btrfs-progs",
 ];
 
 /** The cached rootfs tarball, built when missing. */

@@ -1,7 +1,8 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { BROKER_CLIENT_PATH, BROKER_PATH, BROKER_SOCKET_PATH, GATEWAY_KNOWN_HOSTS_PATH, RenderedHost, SANDBOX_WRAPPER_PATH, SSHD_TEMPLATE_PATH, withSandboxHostKey } from "../../components/render/hosts";
-import { brokerClient, startBroker, TestBroker } from "./broker";
+import { CHECKPOINT_CLIENT_PATH } from "../../components/render/checkpoints";
+import { brokerClient, checkpointClient, startBroker, TestBroker } from "./broker";
 import { renderedFile } from "./stacks";
 import { egressRulesFor } from "./egress";
 import { inNamespace } from "./netns";
@@ -31,12 +32,13 @@ export function installSandboxSshd(sandbox: RenderedHost, root: string): string 
         .replace(`ForceCommand ${SANDBOX_WRAPPER_PATH}`, `ForceCommand ${root}${SANDBOX_WRAPPER_PATH}`);
     fs.writeFileSync(path.join(root, SSHD_TEMPLATE_PATH), template, { mode: 0o600 });
     fs.writeFileSync(path.join(root, BROKER_CLIENT_PATH), brokerClient(sandbox, path.join(root, BROKER_SOCKET_PATH)), { mode: 0o644 });
+    fs.writeFileSync(path.join(root, CHECKPOINT_CLIENT_PATH), checkpointClient(sandbox, root), { mode: 0o644 });
     return publicKey;
 }
 
 /** The root broker of a tree installed by installSandboxSshd; the agent's group may connect, as with the real socket unit. */
-export function startSandboxBroker(root: string, agentUser: string): Promise<TestBroker> {
-    return startBroker(path.join(root, BROKER_PATH), path.join(root, BROKER_SOCKET_PATH), path.join(root, "var/lib/airlock/record"), agentUser);
+export function startSandboxBroker(root: string, agentUser: string, env: Record<string, string> = {}): Promise<TestBroker> {
+    return startBroker(path.join(root, BROKER_PATH), path.join(root, BROKER_SOCKET_PATH), path.join(root, "var/lib/airlock/record"), agentUser, env);
 }
 
 /** The gateway's rendered known_hosts, filled as at deploy with `publicKey`. */

@@ -1,0 +1,62 @@
+import type { StackConfig } from "../config/schema";
+import { renderSessionCompose, ResolvedImages, SANDBOX_COMPOSE_PROJECT, SESSION_WORKSPACES_DIR } from "../workloads/compose";
+import { renderTemplate } from "./templates";
+
+/**
+ * The sandbox's undo button (checkpoints) and disposable sessions: the root engine,
+ * its settings, the destructive-command list, the retention timer and, in
+ * per-session mode, the session compose file the gate judges.
+ */
+
+export const CHECKPOINT_ENGINE_PATH = "/usr/local/libexec/airlock/checkpoint";
+export const CHECKPOINTS_CONFIG_PATH = "/etc/airlock/checkpoints.json";
+export const DESTRUCTIVE_RULES_PATH = "/etc/airlock/destructive-commands";
+/** Sourced by the wrapper, beside it. */
+export const CHECKPOINT_CLIENT_PATH = "/usr/local/libexec/airlock/checkpoint-client.bash";
+/** Named like a compose file, so the gate judges it wherever it is embedded. */
+export const SESSION_COMPOSE_PATH = "/etc/airlock/compose.session.yml.in";
+/** The volume's top level: root only. */
+export const VOLUME_DIR = "/var/lib/airlock/volume";
+
+interface File {
+    path: string;
+    content: string;
+    permissions: string;
+}
+
+/** What the root engine reads (templates/scripts/checkpoint); every path it touches is here. */
+export function checkpointsConfig(cfg: StackConfig): Record<string, unknown> {
+    const { keep, keepDays, minFreePercent } = cfg.sandbox.checkpoints;
+    return {
+        agentUser: cfg.agent.user,
+        dockerHost: `unix:///run/user/${cfg.agent.uid}/docker.sock`,
+        volume: VOLUME_DIR,
+        workspacesMount: SESSION_WORKSPACES_DIR,
+        runDir: "/run/airlock",
+        keep,
+        keepDays,
+        minFreePercent,
+        sessions: cfg.sandbox.sessions,
+        shell: { composeFile: "/etc/airlock/compose.yml", project: SANDBOX_COMPOSE_PROJECT, service: "agent-sandbox-shell", container: "agent-sandbox-shell" },
+        sessionCompose: SESSION_COMPOSE_PATH,
+    };
+}
+
+export function checkpointFiles(cfg: StackConfig, images: ResolvedImages): File[] {
+    const files: File[] = [
+        { path: CHECKPOINT_ENGINE_PATH, content: renderTemplate("scripts/checkpoint", {}), permissions: "0700" },
+        { path: CHECKPOINTS_CONFIG_PATH, content: `${JSON.stringify(checkpointsConfig(cfg), null, 2)}\n`, permissions: "0644" },
+        { path: DESTRUCTIVE_RULES_PATH, content: renderTemplate("checkpoints/destructive-commands", {}), permissions: "0644" },
+        {
+            path: CHECKPOINT_CLIENT_PATH,
+            content: renderTemplate("scripts/checkpoint-client.bash", { autoCheckpoint: String(cfg.sandbox.checkpoints.auto), sessions: cfg.sandbox.sessions.mode }),
+            permissions: "0644",
+        },
+        { path: "/etc/systemd/system/airlock-checkpoints.service", content: renderTemplate("systemd/airlock-checkpoints.service", { engine: CHECKPOINT_ENGINE_PATH }), permissions: "0644" },
+        { path: "/etc/systemd/system/airlock-checkpoints.timer", content: renderTemplate("systemd/airlock-checkpoints.timer", {}), permissions: "0644" },
+    ];
+    if (cfg.sandbox.sessions.mode === "per-session") {
+        files.push({ path: SESSION_COMPOSE_PATH, content: renderSessionCompose(cfg, images), permissions: "0644" });
+    }
+    return files;
+}

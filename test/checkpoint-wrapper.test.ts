@@ -1,0 +1,259 @@
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { readStackFile } from "../components/config/load";
+import { SANDBOX_WRAPPER_PATH } from "../components/render/hosts";
+import { installBrokerFiles, recordEntries, startBroker, talk, TestBroker } from "./helpers/broker";
+import { egressRulesFor, inEgressNamespace } from "./helpers/egress";
+import * as YAML from "yaml";
+import { editedStack, REPO, tempDir, renderHosts, renderedFile, stackFile } from "./helpers/stacks";
+import { run, toolsAvailable } from "./helpers/tools";
+
+/**
+ * The wrapper's side of the undo button, through the real broker: which commands
+ * are the three verbs (and reach the checkpoint engine, with which arguments),
+ * which go to the container, the automatic checkpoint before a destructive command,
+ * and the session a command lands in. The engine here is a stand-in that records
+ * how it was called; the real one is exercised as root in e2e-checkpoints.
+ */
+
+const brokers: TestBroker[] = [];
+afterAll(async () => {
+    for (const broker of brokers) await broker.stop();
+});
+
+const b64 = (text: string) => Buffer.from(text, "utf8").toString("base64");
+/** The container a recorded `docker exec` ran in: the argument after `-w /workspace`. */
+const containerOf = (args: string[] | undefined) => args?.[args.indexOf("/workspace") + 1];
+
+/** A stand-in engine: records its arguments; `fail` in its folder makes it refuse like the real one. */
+const STUB_ENGINE = `#!/bin/bash
+printf '%s\\n' "$*" >>"@DIR@/engine-calls"
+if [[ -e "@DIR@/fail" ]]; then echo "airlock: $(cat "@DIR@/fail")" >&2; exit 2; fi
+case "$1" in
+create) echo "checkpoint 7 of $2 at 2026-11-23T10:00:00Z" ;;
+list) printf 'ID  TIME (UTC)           KIND    LABEL\\n7   2026-11-23 10:00:00  manual  before\\n' ;;
+restore) echo "restored $2 to checkpoint 1 (2026-11-23T10:00:00Z); its container was recreated from its image" ;;
+session-ensure) echo "agent-$2" ;;
+esac
+`;
+
+async function installWrapper(stackEdit: (c: Record<string, any>) => void = () => {}) {
+    const cfg = readStackFile(editedStack("dev", stackEdit));
+    const dir = tempDir("ckpt-wrapper");
+    const sandbox = renderHosts(cfg).sandbox;
+    const files = installBrokerFiles(sandbox, dir);
+    const wrapper = path.join(dir, SANDBOX_WRAPPER_PATH);
+    fs.writeFileSync(wrapper, renderedFile(sandbox, SANDBOX_WRAPPER_PATH), { mode: 0o755 });
+    const engine = path.join(dir, "engine");
+    fs.writeFileSync(engine, STUB_ENGINE.replaceAll("@DIR@", dir), { mode: 0o755 });
+    const volume = path.join(dir, "volume");
+    fs.mkdirSync(path.join(volume, "checkpoints", "shared"), { recursive: true });
+    const config = path.join(dir, "checkpoints.json");
+    fs.writeFileSync(config, JSON.stringify({ volume }));
+    const broker = await startBroker(files.broker, files.socket, files.stateDir, undefined, { AIRLOCK_CHECKPOINT_ENGINE: engine, AIRLOCK_CHECKPOINTS_CONFIG: config });
+    brokers.push(broker);
+    for (const sub of ["bin", "state", "workspace"]) fs.mkdirSync(path.join(dir, sub));
+    fs.writeFileSync(
+        path.join(dir, "bin", "docker"),
+        fs.readFileSync(path.join(REPO, "test/fixtures/docker-exec-stub"), "utf8").replace("@STATE_DIR@", path.join(dir, "state")).replace("@WORKSPACE@", path.join(dir, "workspace")),
+        { mode: 0o755 },
+    );
+    // The wrapper runs only where the sandbox's egress rules hold: a namespace of its own with them loaded.
+    const rules = path.join(dir, "egress.nft");
+    fs.writeFileSync(rules, egressRulesFor(sandbox, cfg.agent.uid, 0));
+    const invoke = (command: string, env: Record<string, string> = {}) => {
+        const [cmd, ...args] = inEgressNamespace(rules, [wrapper]);
+        return run(cmd, args, { env: { PATH: `${dir}/bin:/usr/sbin:/usr/bin:/sbin:/bin`, SSH_ORIGINAL_COMMAND: command, SSH_CONNECTION: "100.100.7.2 40000 100.100.7.1 22", ...env } });
+    };
+    const calls = () => (fs.existsSync(path.join(dir, "engine-calls")) ? fs.readFileSync(path.join(dir, "engine-calls"), "utf8").trim().split("\n") : []);
+    const dockerArgs = () => (fs.existsSync(path.join(dir, "state", "docker-args")) ? fs.readFileSync(path.join(dir, "state", "docker-args"), "utf8").trim().split("\n") : undefined);
+    const reset = () => {
+        fs.rmSync(path.join(dir, "engine-calls"), { force: true });
+        fs.rmSync(path.join(dir, "state", "docker-args"), { force: true });
+    };
+    const record = () => recordEntries(path.join(files.stateDir, "record.jsonl"));
+    return { invoke, calls, dockerArgs, reset, record, dir, volume, socket: files.socket };
+}
+
+describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "systemd-socket-activate", "python3", "unshare", "nft", "ip"]))("the airlock verbs through the wrapper and the broker", () => {
+    it.each([
+        ["airlock checkpoint", "create shared"],
+        ["  airlock   checkpoint  ", "create shared"],
+        ["airlock checkpoint --label before migration", `create shared --label-b64 ${b64("before migration")}`],
+        ['airlock checkpoint --label "before migration"', `create shared --label-b64 ${b64("before migration")}`],
+        ["airlock checkpoint --label='before migration'", `create shared --label-b64 ${b64("before migration")}`],
+        ["airlock checkpoints", "list shared"],
+        ["airlock checkpoints --json", "list shared --json"],
+        ["airlock restore 12", "restore shared --id 12"],
+        ["airlock restore last", "restore shared --last"],
+        ["airlock restore --label 'before migration'", `restore shared --label-b64 ${b64("before migration")}`],
+        // The rest of the line is the label: data, never a second command.
+        ["airlock checkpoint --label x; rm -rf /workspace", `create shared --label-b64 ${b64("x; rm -rf /workspace")}`],
+        ['airlock checkpoint --label "$(id)"', `create shared --label-b64 ${b64('"$(id)"')}`],
+    ])("%s -> the engine's %s, and nothing runs in the container", async (command, expected) => {
+        const { invoke, calls, dockerArgs } = await installWrapper();
+        const result = invoke(command);
+        expect(result.stderr).toBe("");
+        expect(result.status).toBe(0);
+        expect(calls()).toEqual([expected]);
+        expect(dockerArgs()).toBeUndefined();
+    });
+
+    it("the commands the agent's terminal config documents are exactly verbs the wrapper recognises", async () => {
+        const { invoke, calls, dockerArgs, reset } = await installWrapper();
+        const terminal = YAML.parse(renderedFile(renderHosts(readStackFile(stackFile("dev"))).gateway, "/etc/airlock/agent/terminal.yaml")).terminal;
+        expect(terminal.sessions).toBe("shared");
+        const { automatic, ...commands } = terminal.undo as Record<string, string | boolean>;
+        expect(automatic).toBe(true);
+        const expected: Record<string, string> = {
+            checkpoint: `create shared --label-b64 ${b64("before migration")}`,
+            checkpoints: "list shared --json",
+            restore: "restore shared --id 12",
+            restore_label: `restore shared --label-b64 ${b64("before migration")}`,
+            restore_last: "restore shared --last",
+        };
+        expect(Object.keys(commands).sort()).toEqual(Object.keys(expected).sort());
+        for (const [name, template] of Object.entries(commands)) {
+            reset();
+            const command = String(template).replace("{label}", "before migration").replace("{id}", "12");
+            expect(invoke(command).status, command).toBe(0);
+            expect(calls(), command).toEqual([expected[name]]);
+            expect(dockerArgs(), command).toBeUndefined();
+        }
+    });
+
+    it("prints the engine's answer, and its refusal with exit 1", async () => {
+        const { invoke, dir } = await installWrapper();
+        expect(invoke("airlock checkpoint").stdout).toBe("checkpoint 7 of shared at 2026-11-23T10:00:00Z\n");
+        expect(invoke("airlock checkpoints").stdout).toBe("ID  TIME (UTC)           KIND    LABEL\n7   2026-11-23 10:00:00  manual  before\n");
+        fs.writeFileSync(path.join(dir, "fail"), "no checkpoint 999 in workspace shared (see: airlock checkpoints)");
+        const refused = invoke("airlock restore 999");
+        expect(refused.status).toBe(1);
+        expect(refused.stdout).toBe("");
+        expect(refused.stderr).toBe("airlock: no checkpoint 999 in workspace shared (see: airlock checkpoints)\n");
+    });
+
+    it.each(["airlock restore abc", "airlock restore 0", "airlock checkpoint; echo after", "airlock checkpoints --all", "airlock delete 1", "airlock", "airlockd checkpoint"])(
+        "%s is not one of the verbs: an ordinary command for the container",
+        async (command) => {
+            const { invoke, calls, dockerArgs } = await installWrapper();
+            invoke(command);
+            expect(calls()).toEqual([]);
+            expect(dockerArgs()?.at(-1)).toBe(command);
+        },
+    );
+});
+
+describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "systemd-socket-activate", "python3", "unshare", "nft", "ip"]))("automatic checkpoints in the wrapper", () => {
+    it("a destructive command gets a checkpoint first, named on its record, and says how to undo it", async () => {
+        const { invoke, calls, dockerArgs, record } = await installWrapper();
+        const result = invoke("mkdir -p app && rm -rf app/build");
+        expect(result.status).toBe(0);
+        expect(calls()).toEqual([`create shared --label-b64 ${b64("mkdir -p app && rm -rf app/build")} --auto`]);
+        expect(result.stderr).toBe("airlock: checkpoint 7 taken before this command (rm-recursive); undo with: airlock restore 7\n");
+        expect(dockerArgs()?.at(-1)).toBe("mkdir -p app && rm -rf app/build");
+        expect(record().filter((e) => e.kind === "begin").at(-1)).toMatchObject({ command: "mkdir -p app && rm -rf app/build", checkpoint: 7 });
+    });
+
+    it("an ordinary command takes none", async () => {
+        const { invoke, calls, record } = await installWrapper();
+        expect(invoke("echo tested").status).toBe(0);
+        expect(calls()).toEqual([]);
+        expect(record().filter((e) => e.kind === "begin").at(-1)).toMatchObject({ command: "echo tested", checkpoint: null });
+    });
+
+    it("with airlock:sandbox.checkpoints.auto false, none is taken", async () => {
+        const { invoke, calls } = await installWrapper((c) => (c["airlock:sandbox"].checkpoints = { auto: false }));
+        expect(invoke("rm -rf build").status).toBe(0);
+        expect(calls()).toEqual([]);
+    });
+
+    it("when the checkpoint cannot be taken the command still runs, with a warning", async () => {
+        const { invoke, dockerArgs, dir } = await installWrapper();
+        fs.writeFileSync(path.join(dir, "fail"), "checkpoints are off: the workspace volume holds ext4, not btrfs (README: Checkpoints)");
+        const result = invoke("rm -rf build");
+        expect(result.status).toBe(0);
+        expect(result.stderr).toBe("airlock: no automatic checkpoint: checkpoints are off: the workspace volume holds ext4, not btrfs (README: Checkpoints); running the command anyway\n");
+        expect(dockerArgs()?.at(-1)).toBe("rm -rf build");
+    });
+
+    it("the command after a checkpoint, and its exit status, are noted on it", async () => {
+        const { invoke, calls, reset, volume } = await installWrapper();
+        invoke("true");
+        expect(calls()).toEqual([]);
+        fs.writeFileSync(path.join(volume, "checkpoints", "shared", ".awaiting-begin"), "");
+        reset();
+        expect(invoke("exit 3").status).toBe(3);
+        expect(calls()).toEqual([`note shared begin ${b64("exit 3")}`]);
+        fs.rmSync(path.join(volume, "checkpoints", "shared", ".awaiting-begin"));
+        fs.writeFileSync(path.join(volume, "checkpoints", "shared", ".awaiting-end"), "");
+        reset();
+        expect(invoke("exit 4").status).toBe(4);
+        expect(calls()).toEqual(["note shared end 4"]);
+    });
+});
+
+describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "systemd-socket-activate", "python3", "unshare", "nft", "ip"]))("per-session mode in the wrapper", () => {
+    const perSession = (c: Record<string, any>) => (c["airlock:sandbox"].sessions = "per-session");
+
+    it("AIRLOCK_SESSION picks the session: its container runs the command, its workspace takes the verbs", async () => {
+        const { invoke, calls, dockerArgs, reset } = await installWrapper(perSession);
+        expect(invoke("echo built", { AIRLOCK_SESSION: "task-42" }).status).toBe(0);
+        expect(calls()).toEqual(["session-ensure s-task-42"]);
+        expect(containerOf(dockerArgs())).toBe("agent-s-task-42");
+        expect(dockerArgs()?.at(-1)).toBe("echo built");
+        reset();
+        expect(invoke("airlock restore last", { AIRLOCK_SESSION: "task-42" }).status).toBe(0);
+        expect(calls()).toEqual(["session-ensure s-task-42", "restore s-task-42 --last"]);
+    });
+
+    it("without AIRLOCK_SESSION the connection gets a session of its own", async () => {
+        const { invoke, calls, dockerArgs } = await installWrapper(perSession);
+        expect(invoke("echo built").status).toBe(0);
+        const digest = run("bash", ["-c", "printf '%s' '100.100.7.2 40000 100.100.7.1 22' | sha256sum"]).stdout.slice(0, 12);
+        expect(calls()).toEqual([`session-ensure c-${digest} --connection 100.100.7.2 40000 100.100.7.1 22`]);
+        expect(containerOf(dockerArgs())).toBe(`agent-c-${digest}`);
+    });
+
+    it.each(["../etc", "Upper", "-lead", "a b", "x".repeat(32), "$(id)"])("AIRLOCK_SESSION=%s is refused and nothing runs", async (name) => {
+        const { invoke, calls, dockerArgs } = await installWrapper(perSession);
+        const result = invoke("touch ran", { AIRLOCK_SESSION: name });
+        expect(result.status).toBe(2);
+        expect(result.stderr).toBe("airlock: AIRLOCK_SESSION must be 1-31 of a-z, 0-9 and -, starting with a letter or digit\n");
+        expect(calls()).toEqual([]);
+        expect(dockerArgs()).toBeUndefined();
+    });
+
+    it("in shared mode AIRLOCK_SESSION changes nothing", async () => {
+        const { invoke, calls, dockerArgs } = await installWrapper();
+        expect(invoke("echo built", { AIRLOCK_SESSION: "task-42" }).status).toBe(0);
+        expect(calls()).toEqual([]);
+        expect(containerOf(dockerArgs())).toBe("agent-sandbox-shell");
+    });
+});
+
+describe.runIf(toolsAvailable("checkpoint broker tests", ["socat", "systemd-socket-activate", "python3"]))("the broker's checkpoint verbs take hostile requests", () => {
+    it.each([
+        "checkpoint workspace=../../etc",
+        "checkpoint workspace=shared/../x",
+        "checkpoint workspace=s-Alpha",
+        "checkpoint workspace=shared auto=no",
+        `checkpoint workspace=shared label=${"QUFB".repeat(400)}`,
+        "checkpoint workspace=shared label=not-base64!",
+        "checkpoints workspace=shared json=1",
+        "restore workspace=shared",
+        "restore workspace=shared id=0",
+        "restore workspace=shared id=1 last=yes",
+        "restore workspace=shared id=1;reboot",
+        "session workspace=shared connection=",
+        `session workspace=c-0123456789ab connection=${b64("1.2.3.4 1; rm 5.6.7.8 22")}`,
+        "delete workspace=shared id=1",
+    ])("%s is refused before the engine runs", async (request) => {
+        const { calls, socket } = await installWrapper();
+        const reply = talk(socket, `${request}\n`);
+        expect(reply.lines).toHaveLength(1);
+        expect(reply.lines[0]).toMatch(/^error /);
+        expect(calls()).toEqual([]);
+    });
+});

@@ -1,0 +1,282 @@
+import { ChildProcess } from "node:child_process";
+import * as crypto from "node:crypto";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { readStackFile } from "../components/config/load";
+import { StackConfig } from "../components/config/schema";
+import { CHECKPOINT_CLIENT_PATH, CHECKPOINT_ENGINE_PATH } from "../components/render/checkpoints";
+import { RenderedHost, SANDBOX_WRAPPER_PATH, SSHD_TEMPLATE_PATH } from "../components/render/hosts";
+import { checkpointClient, recordEntries, TestBroker } from "./helpers/broker";
+import { CheckpointRig, startCheckpointRig } from "./helpers/checkpointRig";
+import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
+import { editedStack, readmeSample, renderHosts, renderedFile, tempDir } from "./helpers/stacks";
+import { enforceEgress, installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
+import { isRoot, run, toolsAvailable } from "./helpers/tools";
+
+/**
+ * The undo button end to end, the agent's way: ssh from a "gateway" namespace with
+ * the rendered client config, the rendered sshd and wrapper, the root broker and
+ * the checkpoint engine, a btrfs workspace volume on a loop device laid out by the
+ * rendered mount script, and the rendered compose on the test dockerd (its shell
+ * image carries git). First with one shared workspace, then per-session.
+ */
+
+const canRun =
+    isRoot() &&
+    toolsAvailable("e2e undo through ssh", ["ip", "sshd", "ssh", "ssh-keygen", "useradd", "socat", "systemd-socket-activate", "losetup", "mkfs.btrfs", "btrfs", "dockerd", "docker", "docker-compose", "busybox", "git", "setpriv"]);
+if (!isRoot()) console.warn("SKIPPED e2e undo through ssh: needs root (CI runs it as root)");
+
+const AGENT = "airlock-undo";
+const GiB = 1024 ** 3;
+
+describe.runIf(canRun)("the undo button through ssh", () => {
+    let net: TestNet;
+    let root: string;
+    let rig: CheckpointRig | undefined;
+    let broker: TestBroker | undefined;
+    let sshd: ChildProcess | undefined;
+    let createdUser = false;
+    let clientDir: string;
+    let clientKey: string;
+    let gatewayConfig: string;
+    let engineEnv: Record<string, string>;
+    let dirs: { volume: string; workspaces: string; link: string };
+    const sandboxes: Partial<Record<"shared" | "per-session", RenderedHost>> = {};
+
+    const docker = (...args: string[]) => rig!.docker.docker(args);
+    const containerId = (name: string) => docker("inspect", "--format", "{{.Id}}", name).stdout.trim();
+    /** The engine as the timer runs it, in the sandbox's namespace (it looks at the sandbox's connections). */
+    const maintain = () => inNamespace(net.server, [path.join(root, CHECKPOINT_ENGINE_PATH), "maintain"], { env: engineEnv });
+
+    /** ssh from the gateway namespace with the gateway's rendered config; `options` win (first value). */
+    function ssh(command: string, env: Record<string, string> = {}, options: string[] = []) {
+        return inNamespace(
+            net.client,
+            [
+                "ssh",
+                ...options,
+                "-F", gatewayConfig,
+                "-o", `HostName=${net.serverTailnet}`,
+                "-o", `User=${AGENT}`,
+                "-o", `IdentityFile=${clientKey}`,
+                "-o", `UserKnownHostsFile=${clientDir}/known_hosts`,
+                "-o", `ControlPath=${clientDir}/cm-%C`,
+                "-o", "ConnectTimeout=5",
+                "sandbox",
+                command,
+            ],
+            { env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: clientDir, ...env } },
+        );
+    }
+
+    /** The sandbox's wrapper and checkpoint client as rendered for one session mode. */
+    function useMode(mode: "shared" | "per-session") {
+        const sandbox = sandboxes[mode]!;
+        fs.writeFileSync(path.join(root, SANDBOX_WRAPPER_PATH), renderedFile(sandbox, SANDBOX_WRAPPER_PATH), { mode: 0o755 });
+        fs.writeFileSync(path.join(root, CHECKPOINT_CLIENT_PATH), checkpointClient(sandbox, root), { mode: 0o644 });
+    }
+
+    beforeAll(async () => {
+        net = createTestNet(String(process.pid % 10000));
+        if (run("id", [AGENT]).status !== 0) {
+            expect(run("useradd", ["--create-home", "--shell", "/bin/bash", AGENT]).status).toBe(0);
+            createdUser = true;
+        }
+        const uid = Number(run("id", ["-u", AGENT]).stdout.trim());
+        clientDir = tempDir("undo-client");
+        clientKey = path.join(clientDir, "id_ed25519");
+        expect(run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", clientKey]).status).toBe(0);
+        const clientPublicKey = fs.readFileSync(`${clientKey}.pub`, "utf8").trim();
+        const configs: Partial<Record<"shared" | "per-session", StackConfig>> = {};
+        for (const mode of ["shared", "per-session"] as const) {
+            configs[mode] = readStackFile(
+                editedStack("dev", (c) => {
+                    c["airlock:agent"].user = AGENT;
+                    c["airlock:agent"].uid = uid;
+                    c["airlock:agent"].authorizedKeys = [clientPublicKey];
+                    c["airlock:sandbox"].sessions = mode;
+                    c["airlock:workloads"].postgres = { enabled: false };
+                }),
+            );
+            sandboxes[mode] = renderHosts(configs[mode]!).sandbox;
+        }
+        const cfg = configs["per-session"]!;
+        const gateway = renderHosts(cfg).gateway;
+
+        // The sandbox's files in a root-owned tree (sshd's StrictModes); per-session sshd: it accepts AIRLOCK_SESSION.
+        root = fs.mkdtempSync("/run/airlock-undo-");
+        const hostPublicKey = installSandboxSshd(sandboxes["per-session"]!, root);
+        // The wrapper runs nothing unless the sandbox's egress rules hold for the agent.
+        enforceEgress(net.server, sandboxes["per-session"]!, uid, "198.18.7.2");
+
+        // The volume, the agent's Docker and the engine; the broker runs that engine.
+        rig = await startCheckpointRig(cfg, sandboxes["per-session"]!, 3 * GiB);
+        dirs = rig.dirs;
+        engineEnv = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin", AIRLOCK_CHECKPOINTS_CONFIG: rig.configPath };
+        broker = await startSandboxBroker(root, AGENT, { AIRLOCK_CHECKPOINT_ENGINE: path.join(root, CHECKPOINT_ENGINE_PATH), AIRLOCK_CHECKPOINTS_CONFIG: rig.configPath });
+
+        // sshd on the "tailnet" address, its config rendered by the real boot script.
+        const stubBin = path.join(root, "stub-bin");
+        fs.mkdirSync(stubBin);
+        fs.writeFileSync(path.join(stubBin, "tailscale"), `#!/bin/sh\necho ${net.serverTailnet}\n`, { mode: 0o755 });
+        const rendered = inNamespace(net.server, [`${root}/usr/local/sbin/airlock-tailnet-render`, path.join(root, SSHD_TEMPLATE_PATH), `${root}/etc/ssh/sshd_config`, "/usr/sbin/sshd", "-t", "-f"], {
+            env: { PATH: `${stubBin}:/usr/sbin:/usr/bin:/sbin:/bin`, AIRLOCK_TAILNET_WAIT_SECONDS: "2" },
+        });
+        expect(rendered.status, rendered.stderr).toBe(0);
+        sshd = spawnInNamespace(net.server, `exec /usr/sbin/sshd -D -e -f ${root}/etc/ssh/sshd_config`, path.join(clientDir, "sshd.log"));
+        await waitForPort(net.client, net.serverTailnet, 22);
+        gatewayConfig = path.join(clientDir, "ssh_config");
+        fs.writeFileSync(gatewayConfig, renderedFile(gateway, "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf"));
+        fs.writeFileSync(path.join(clientDir, "known_hosts"), pinnedKnownHosts(gateway, hostPublicKey));
+    }, 300_000);
+
+    afterAll(async () => {
+        if (sshd && clientDir) {
+            for (const master of fs.readdirSync(clientDir).filter((f) => f.startsWith("cm-"))) {
+                inNamespace(net.client, ["ssh", "-o", `ControlPath=${path.join(clientDir, master)}`, "-O", "exit", "sandbox"]);
+            }
+        }
+        sshd?.kill("SIGTERM");
+        await broker?.stop();
+        await rig?.release();
+        run("pkill", ["--uid", AGENT]);
+        net?.close();
+        if (root) fs.rmSync(root, { recursive: true, force: true });
+        if (createdUser) run("userdel", ["--remove", AGENT]);
+        if (process.env.AIRLOCK_DEBUG && clientDir) console.log(fs.readFileSync(path.join(clientDir, "sshd.log"), "utf8"));
+    }, 120_000);
+
+    describe("one shared workspace", () => {
+        const migrations: Record<string, string> = {
+            "001_create_users.sql": `CREATE TABLE users (id bigint PRIMARY KEY);\n-- ${crypto.randomBytes(32).toString("hex")}\n`,
+            "002_create_orders.sql": `CREATE TABLE orders (id bigint PRIMARY KEY, user_id bigint);\n-- ${crypto.randomBytes(32).toString("hex")}\n`,
+        };
+        beforeAll(() => useMode("shared"));
+
+        /** Runs a command the README shows as `$ ssh sandbox '...'`; what it prints must be the README's sample (times aside). */
+        function asInReadme(shown: string, stream: "stdout" | "stderr" = "stdout") {
+            const command = /^ssh sandbox '(.*)'$/.exec(shown)![1];
+            const result = ssh(command);
+            const times = (text: string) => text.replace(/\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\dZ?/g, "<time>");
+            if (process.env.AIRLOCK_PRINT_SAMPLES) console.log(`$ ${shown}\n${result[stream]}`);
+            expect(times(result[stream])).toBe(times(readmeSample(shown)));
+            return result;
+        }
+
+        it("the classic scenario: write two migrations, checkpoint, rm -rf the app and git, restore - both files back byte for byte, git works again", () => {
+            for (const [name, content] of Object.entries(migrations)) {
+                const wrote = ssh(`mkdir -p app/migrations && printf '%s' '${content}' > app/migrations/${name}`);
+                expect(wrote.stderr).toBe("");
+                expect(wrote.status).toBe(0);
+            }
+            const checkpoint = asInReadme(`ssh sandbox 'airlock checkpoint --label "before cleanup"'`);
+            expect(checkpoint.stderr).toBe("");
+
+            const removed = asInReadme("ssh sandbox 'rm -rf /workspace/app /usr/bin/git'", "stderr");
+            expect(removed.status).toBe(0);
+            expect(ssh("ls app").status).not.toBe(0);
+            expect(ssh("git --version").status).toBe(127);
+            const before = containerId("agent-sandbox-shell");
+
+            const restored = asInReadme(`ssh sandbox 'airlock restore --label "before cleanup"'`);
+            expect(restored.stderr).toBe("");
+            expect(restored.status).toBe(0);
+            for (const [name, content] of Object.entries(migrations)) {
+                expect(ssh(`cat app/migrations/${name}`).stdout).toBe(content);
+                expect(fs.readFileSync(path.join(dirs.link, "app", "migrations", name), "utf8")).toBe(content);
+            }
+            expect(ssh("git --version").stdout).toMatch(/^git version \d/);
+            expect(containerId("agent-sandbox-shell")).not.toBe(before);
+        });
+
+        it("the list names each checkpoint's label, the command that followed and its exit status; the record names the automatic one", () => {
+            asInReadme("ssh sandbox 'airlock checkpoints'");
+            const listed = ssh("airlock checkpoints --json");
+            expect(listed.status).toBe(0);
+            const found = JSON.parse(listed.stdout) as { id: number; kind: string; label: string; then: string | null; exit: number | null }[];
+            expect(found.map((c) => [c.id, c.kind, c.label, c.then, c.exit])).toEqual([
+                [1, "manual", "before cleanup", "rm -rf /workspace/app /usr/bin/git", 0],
+                [2, "auto", "rm -rf /workspace/app /usr/bin/git", "rm -rf /workspace/app /usr/bin/git", 0],
+                [3, "pre-restore", "before restore to 1", `cat app/migrations/${Object.keys(migrations)[0]}`, 0],
+            ]);
+            const removal = recordEntries(broker!.recordFile).find((e) => e.kind === "begin" && e.command === "rm -rf /workspace/app /usr/bin/git");
+            expect(removal?.checkpoint).toBe(2);
+        });
+
+        it("restoring a checkpoint that does not exist fails clearly and changes nothing", () => {
+            const state = () => ({ files: ssh("find . | sort").stdout, container: containerId("agent-sandbox-shell"), list: ssh("airlock checkpoints --json").stdout });
+            const before = state();
+            const result = ssh("airlock restore 999");
+            expect(result.status).toBe(1);
+            expect(result.stdout).toBe("");
+            expect(result.stderr).toBe("airlock: no checkpoint 999 in workspace shared (see: airlock checkpoints)\n");
+            expect(state()).toEqual(before);
+        });
+
+        it("from inside the container the checkpoints are out of sight and out of reach", () => {
+            const probe = ssh("cat /proc/self/mountinfo; ls -a / /workspace/..; ls /var/lib/airlock 2>&1; true");
+            expect(probe.stdout).not.toMatch(/checkpoints|\/volume\b/);
+            expect(probe.stdout).toContain("No such file or directory");
+            // Deleting what it can see deletes only its own workspace, which a restore brings back.
+            expect(ssh("rm -rf /workspace/* /workspace/.[!.]*; ls -A /workspace | wc -l").stdout.trim()).toBe("0");
+            expect(ssh("airlock restore 1").status).toBe(0);
+            expect(ssh(`cat app/migrations/${Object.keys(migrations)[1]}`).stdout).toBe(migrations[Object.keys(migrations)[1]]);
+        });
+    });
+
+    describe("per-session sandboxes", () => {
+        beforeAll(() => useMode("per-session"));
+
+        it("two named sessions get containers and workspaces of their own and do not see each other's files", () => {
+            expect(ssh("echo alpha > mine.txt", { AIRLOCK_SESSION: "alpha" }).status).toBe(0);
+            expect(ssh("echo beta > mine.txt", { AIRLOCK_SESSION: "beta" }).status).toBe(0);
+            expect(ssh("cat mine.txt; ls", { AIRLOCK_SESSION: "alpha" }).stdout).toBe("alpha\nmine.txt\n");
+            expect(ssh("cat mine.txt; ls", { AIRLOCK_SESSION: "beta" }).stdout).toBe("beta\nmine.txt\n");
+            expect(docker("inspect", "--format", "{{.Name}}", "agent-s-alpha", "agent-s-beta").stdout.trim().split("\n")).toEqual(["/agent-s-alpha", "/agent-s-beta"]);
+            // Each session has its own undo history.
+            expect(ssh("airlock checkpoint --label alpha-1", { AIRLOCK_SESSION: "alpha" }).stdout).toMatch(/^checkpoint 1 of s-alpha /);
+            expect(ssh("airlock checkpoints", { AIRLOCK_SESSION: "beta" }).stdout).toContain("no checkpoints in workspace s-beta yet");
+        });
+
+        it("an idle session is archived as a checkpoint, its container removed, and it resumes where it stopped", () => {
+            const state = path.join(dirs.volume, "sessions", "s-beta.json");
+            const session = JSON.parse(fs.readFileSync(state, "utf8"));
+            session.lastUsed -= 61 * 60;
+            fs.writeFileSync(state, JSON.stringify(session));
+            const swept = maintain();
+            expect(swept.status, swept.stderr).toBe(0);
+            expect(swept.stdout).toMatch(/session s-beta: idle 61 min, archived as checkpoint 1/);
+            expect(docker("inspect", "agent-s-beta").status).not.toBe(0);
+            expect(fs.existsSync(path.join(dirs.workspaces, "s-beta"))).toBe(false);
+            expect(ssh("cat mine.txt", { AIRLOCK_SESSION: "alpha" }).stdout).toBe("alpha\n");
+
+            expect(ssh("cat mine.txt", { AIRLOCK_SESSION: "beta" }).stdout).toBe("beta\n");
+            expect(docker("inspect", "--format", "{{.State.Running}}", "agent-s-beta").stdout.trim()).toBe("true");
+        });
+
+        it("a connection without AIRLOCK_SESSION gets a throwaway session, kept while the connection lives", () => {
+            const own = ["-o", `ControlPath=${clientDir}/cm-throwaway-%C`];
+            expect(ssh("echo scratch > tmp.txt; ls", {}, own).stdout).toBe("tmp.txt\n");
+            expect(ssh("cat tmp.txt", {}, own).stdout).toBe("scratch\n");
+            // The named sessions' files are not here, nor is this one's there.
+            expect(ssh("ls", { AIRLOCK_SESSION: "alpha" }).stdout).toBe("mine.txt\n");
+            const throwaway = fs.readdirSync(dirs.workspaces).filter((n) => n.startsWith("c-"));
+            expect(throwaway).toHaveLength(1);
+
+            expect(maintain().status).toBe(0);
+            expect(fs.existsSync(path.join(dirs.workspaces, throwaway[0]))).toBe(true);
+            inNamespace(net.client, ["ssh", "-o", `ControlPath=${clientDir}/cm-throwaway-%C`, "-O", "exit", "-F", gatewayConfig, "-o", `HostName=${net.serverTailnet}`, "-o", `User=${AGENT}`, "sandbox"]);
+            const swept = maintain();
+            expect(swept.stdout).toContain(`session ${throwaway[0]}: connection ended, thrown away`);
+            expect(fs.existsSync(path.join(dirs.workspaces, throwaway[0]))).toBe(false);
+            expect(docker("inspect", `agent-${throwaway[0]}`).status).not.toBe(0);
+        });
+
+        it("a bad AIRLOCK_SESSION is refused before anything runs", () => {
+            const result = ssh("touch /workspace/ran", { AIRLOCK_SESSION: "../../etc" });
+            expect(result.status).toBe(2);
+            expect(result.stderr).toBe("airlock: AIRLOCK_SESSION must be 1-31 of a-z, 0-9 and -, starting with a letter or digit\n");
+        });
+    });
+});
