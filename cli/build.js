@@ -13,8 +13,8 @@ const path = require("node:path");
 const esbuild = require("esbuild");
 
 const ROOT = path.resolve(__dirname, "..");
-/** What is compiled: the program, the CLI, the components and the pack (not the tests). */
-const SOURCES = ["index.ts", "cli", "components", "policies"];
+/** What is compiled: the program, the CLI, the components, the pack and the twin (not the tests). */
+const SOURCES = ["index.ts", "cli", "components", "policies", "twin"];
 
 /** Every .ts file under SOURCES (not .d.ts), relative to ROOT. */
 function sourceFiles() {

@@ -98,6 +98,14 @@ export function launchGuest(stack: string, launch: GuestLaunch, boot: BootFiles)
     must("ip", ["netns", "exec", twinNetns(stack), ...qemuArgs(stack, launch, boot, overlay)]);
 }
 
+/** Boots a guest again from its existing overlay: the same server, powered on. */
+export function restartGuest(stack: string, launch: GuestLaunch, boot: BootFiles): void {
+    if (guestPid(stack, launch.role) !== undefined) throw new TwinError(`the ${launch.role} is already running`);
+    const overlay = path.join(guestDir(stack, launch.role), "disk.qcow2");
+    if (!fs.existsSync(overlay)) throw new TwinError(`the ${launch.role} has no disk to boot`);
+    must("ip", ["netns", "exec", twinNetns(stack), ...qemuArgs(stack, launch, boot, overlay)]);
+}
+
 export function guestPid(stack: string, role: GuestRole): number | undefined {
     try {
         const pid = Number(fs.readFileSync(pidFile(stack, role), "utf8").trim());

@@ -1,5 +1,6 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
+import { diffLines } from "diff";
 import * as YAML from "yaml";
 import { planStack, PlannedResource, StackPlan } from "../cli/offline";
 import { GuestRole } from "./contract";
@@ -115,4 +116,32 @@ export function pinTailscaleKey(userData: string, fingerprint: string): string {
     const matches = userData.match(new RegExp(PINNED_FINGERPRINT.source, "g")) ?? [];
     if (matches.length !== 1) throw new Error(`expected one pinned Tailscale key fingerprint in user_data, found ${matches.length}`);
     return userData.replace(PINNED_FINGERPRINT, (_, before: string, __: string, after: string) => `${before}${fingerprint}${after}`);
+}
+
+/** One line where the twin's user_data differs from the plan's. */
+export interface Substitution {
+    planned: string;
+    twin: string;
+}
+
+/**
+ * The lines where `twin` differs from `planned` (the plan's cloud-init.yaml, with
+ * its placeholders), paired in order; a line only one side has pairs with "".
+ */
+export function substitutions(planned: string, twin: string): Substitution[] {
+    const out: Substitution[] = [];
+    let removed: string[] = [];
+    for (const change of diffLines(planned, twin)) {
+        const lines = change.value.replace(/\n$/, "").split("\n");
+        if (change.removed) removed = lines;
+        else if (change.added) {
+            for (let i = 0; i < Math.max(lines.length, removed.length); i++) out.push({ planned: removed[i] ?? "", twin: lines[i] ?? "" });
+            removed = [];
+        } else {
+            out.push(...removed.map((line) => ({ planned: line, twin: "" })));
+            removed = [];
+        }
+    }
+    out.push(...removed.map((line) => ({ planned: line, twin: "" })));
+    return out;
 }
