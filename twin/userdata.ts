@@ -25,6 +25,8 @@ export interface DeployTimeValues {
     joinKeys: Record<GuestRole, string>;
     /** "name:tag" as the stack writes it -> "sha256:..." in the twin's registry. */
     digestOf(reference: string): string;
+    /** The built sandbox shell's digest-pinned reference (docker.Image's repoDigest), when the stack builds it. */
+    builtSandboxShell?: string;
     sandboxHostKey: { publicKeyOpenssh: string; privateKeyOpenssh: string };
     /** The gateway agent's public key, authorized on the sandbox. */
     agentPublicKey: string;
@@ -60,7 +62,10 @@ export async function renderDeployment(stackFile: string, stack: string, values:
         deployed: (type, name) => {
             if (type === "tailscale:index/tailnetKey:TailnetKey") return { key: values.joinKeys[roleOfName(name)] };
             if (type === "tls:index/privateKey:PrivateKey") return { ...values.sandboxHostKey };
-            if (type === "docker:index/image:Image") throw new Error("the twin does not build images with docker:index/image:Image (airlock:workloads.registry)");
+            if (type === "docker:index/image:Image") {
+                if (!values.builtSandboxShell) throw new Error("the stack builds its sandbox shell (airlock:workloads.registry) and the twin has no image for it");
+                return { repoDigest: values.builtSandboxShell };
+            }
             return {};
         },
         calls: (token, inputs) =>
