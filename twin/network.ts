@@ -78,8 +78,9 @@ export function dnsmasqConfig(runDir: string): string {
             .map(([name, address]) => `host-record=${name},${address}`)
             .join("\n"),
         subnetStart: HOST_ADDRESS.replace(/\.\d+$/, ".0"),
-        dhcpHosts: Object.entries(GUESTS)
-            .map(([role, guest]) => `dhcp-host=${guest.mac},${guest.address},${role}`)
+        // No host name in the lease: cloud-init names the server, as on Hetzner.
+        dhcpHosts: Object.values(GUESTS)
+            .map((guest) => `dhcp-host=${guest.mac},${guest.address}`)
             .join("\n"),
         hostAddress: HOST_ADDRESS,
         leaseFile: path.join(runDir, "dnsmasq.leases"),

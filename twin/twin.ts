@@ -17,7 +17,7 @@ import {
 import { publishMetadata, startMetadataService, stopMetadataService } from "./metadata";
 import { createNetwork, destroyNetwork, firewallOn, netnsExists, runDirOf, setFirewall, TwinError, writeFirewall } from "./network";
 import type { ExecOptions, ExecResult } from "./qga";
-import { startStandIns, StandIns, stopStandIns } from "./standins";
+import { bootFiles, startStandIns, StandIns, stopStandIns } from "./standins";
 import { pinTailscaleKey, renderDeployment, TwinDeployment } from "./userdata";
 
 /**
@@ -106,6 +106,7 @@ export async function renderForTwin(stack: string, stackFile: string, standIns: 
         {
             joinKeys: { gateway: await standIns.joinKey("gateway"), sandbox: await standIns.joinKey("sandbox") },
             digestOf: (reference) => standIns.digestOf(reference),
+            ...(standIns.builtSandboxShell ? { builtSandboxShell: standIns.builtSandboxShell } : {}),
             sandboxHostKey: { publicKeyOpenssh: `${hostKey.publicKey}\n`, privateKeyOpenssh: hostKey.privateKey },
             agentPublicKey: `${agentKey.publicKey} twin-gateway-agent`,
         },
@@ -196,7 +197,7 @@ export async function up({ stack, stackFile, log }: UpOptions): Promise<TwinStat
     try {
         createNetwork(stack);
         startMetadataService(stack);
-        const standIns = await startStandIns(stack, log);
+        const standIns = await startStandIns({ stack, stackFile, log });
         const deployment = await renderForTwin(stack, stackFile, standIns);
         const state: TwinState = {
             stack,
@@ -234,7 +235,7 @@ export async function replaceSandbox(stack: string, log: Log): Promise<TwinState
     const started = Date.now();
     await stopGuest(stack, "sandbox");
     log("sandbox: destroyed");
-    const standIns = await startStandIns(stack, log);
+    const standIns = await startStandIns({ stack, stackFile: state.stackFile, log });
     const deployment = await renderForTwin(stack, state.stackFile, standIns);
     await boot(stack, state, deployment, "sandbox", standIns, log);
     await awaitReady(stack, state, "sandbox", log);
@@ -253,8 +254,7 @@ export async function start(stack: string, role: GuestRole): Promise<void> {
     const state = requireState(stack);
     const guest = state.guests[role];
     if (!guest) throw new TwinError(`the twin of ${stack} has no ${role}`);
-    const standIns = await startStandIns(stack, () => undefined);
-    restartGuest(stack, { role, instanceId: guest.instanceId, ...(role === "sandbox" ? { volume: { file: state.volume.file, id: state.volume.id } } : {}) }, standIns.bootFiles);
+    restartGuest(stack, { role, instanceId: guest.instanceId, ...(role === "sandbox" ? { volume: { file: state.volume.file, id: state.volume.id } } : {}) }, await bootFiles(() => undefined));
 }
 
 export async function down(stack: string): Promise<void> {
