@@ -34,6 +34,8 @@ export interface CheckpointCost {
     sizes: WorkspaceSize[];
     /** One command (`true`) through the wrapper as the agent, no ssh. */
     commands: { plain: Series; plainNoAuto: Series; sessionWarm: Series; sessionCold: Series };
+    /** When, and under what load, when measured on its own (`--only checkpoints`). */
+    measured?: { date: string; loadAverage: number };
 }
 
 const USER = "airlock-bench-ck";
