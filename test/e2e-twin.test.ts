@@ -48,7 +48,6 @@ describe.runIf(canRun)("the twin", () => {
             cwd: ROOT,
             encoding: "utf8",
             timeout: timeoutMs,
-            env: { ...process.env, AIRLOCK_FROM_SOURCE: "1" },
         });
         return { code: result.status, stdout: result.stdout, stderr: result.stderr };
     }
@@ -100,7 +99,7 @@ describe.runIf(canRun)("the twin", () => {
         // Timers enabled by first boot are waiting, not failed.
         expect(asRoot("gateway", "systemctl is-active airlock-backup-gateway.timer airlock-audit-pull.timer").stdout.trim().split("\n")).toEqual(["active", "active"]);
         expect(asRoot("sandbox", "systemctl is-active airlock-egress-refresh.timer airlock-checkpoints.timer").stdout.trim().split("\n")).toEqual(["active", "active"]);
-    });
+    }, 10 * MINUTE);
 
     it("boots the plan's user_data, changed only in deploy-time values and the pinned Tailscale fingerprint", async () => {
         const plan = await planStack(stackFile, STACK);
@@ -117,7 +116,7 @@ describe.runIf(canRun)("the twin", () => {
                 ).toBe(true);
             }
         }
-    });
+    }, 5 * MINUTE);
 
     it("public port 22 is dropped by the firewall stand-in, and refused by sshd with it off; on the tailnet only gateway -> sandbox:22", () => {
         for (const role of ["gateway", "sandbox"] as const) expect(fromOutside(probe(GUESTS[role].address, 22)).stdout.trim(), role).toBe("timeout");
@@ -134,7 +133,7 @@ describe.runIf(canRun)("the twin", () => {
         expect(asRoot("sandbox", probe(gatewayIp, 22)).stdout.trim()).not.toBe("open");
         // The gateway's sshd is up (its admin's door): what the sandbox cannot reach exists.
         expect(asRoot("gateway", probe(gatewayIp, 22)).stdout.trim()).toBe("open");
-    });
+    }, 10 * MINUTE);
 
     it("twin agent runs in agent-sandbox-shell, in /workspace, under rootless Docker; only allowlisted variables cross; no PTY, forwarding or sftp", () => {
         const marker = crypto.randomBytes(6).toString("hex");
@@ -163,7 +162,7 @@ describe.runIf(canRun)("the twin", () => {
         expect(forward.stdout).not.toMatch(/^SSH-2.0/m);
         const sftp = ssh(`sftp -o ControlPath=none -b - ${sandbox}`, "ls /");
         expect(sftp.code).not.toBe(0);
-    });
+    }, 10 * MINUTE);
 
     it("as the agent: no metadata service (IPv4, IPv6), DNS only to the gateway's resolver (which logs it), no other gateway port, no Docker socket, nothing planted runs", () => {
         // Positive control: root on the sandbox does reach the metadata service.
@@ -197,7 +196,7 @@ describe.runIf(canRun)("the twin", () => {
         const next = asAgent(`ls ${planted} 2>&1; echo done`);
         expect(next.stdout).toMatch(/No such file/);
         asAgent("rm -f /workspace/.bashrc /workspace/.profile /workspace/.bash_profile /workspace/.bash_login /workspace/.bash_logout /workspace/.envrc /workspace/ls");
-    });
+    }, 10 * MINUTE);
 
     it("the checkpoint scenario of issue 12 through twin agent: files back byte for byte, git works again", () => {
         const first = crypto.randomBytes(2048).toString("base64");
@@ -212,7 +211,7 @@ describe.runIf(canRun)("the twin", () => {
         const back = asAgent("cat /workspace/app/migrations/001.sql; echo; cat /workspace/app/migrations/002.sql; echo; git --version");
         expect(back.stdout.split("\n").slice(0, 2)).toEqual([first, second]);
         expect(back.stdout).toMatch(/^git version /m);
-    });
+    }, 10 * MINUTE);
 
     it("replace: a new sandbox on the same volume keeps /workspace, matches the gateway's pinned host key, and the first command works", () => {
         const content = crypto.randomBytes(16).toString("hex");
