@@ -14,6 +14,7 @@ import {
     waitForAgent,
     waitForCloudInit,
 } from "./guests";
+import { startBackupStandIn, stopBackupStandIn } from "./backup";
 import { publishMetadata, startMetadataService, stopMetadataService } from "./metadata";
 import { createNetwork, destroyNetwork, firewallOn, netnsExists, runDirOf, setFirewall, TwinError, writeFirewall } from "./network";
 import type { ExecOptions, ExecResult } from "./qga";
@@ -197,6 +198,7 @@ export async function up({ stack, stackFile, log }: UpOptions): Promise<TwinStat
     try {
         createNetwork(stack);
         startMetadataService(stack);
+        startBackupStandIn(stack);
         const standIns = await startStandIns({ stack, stackFile, log });
         const deployment = await renderForTwin(stack, stackFile, standIns);
         const state: TwinState = {
@@ -262,6 +264,7 @@ export async function down(stack: string): Promise<void> {
     for (const role of Object.keys(GUESTS) as GuestRole[]) await stopGuest(stack, role, 0);
     stopStandIns(stack);
     stopMetadataService(stack);
+    stopBackupStandIn(stack);
     destroyNetwork(stack);
     fs.rmSync(runDirOf(stack), { recursive: true, force: true });
 }
