@@ -27,6 +27,7 @@ readonly PACKAGES=(
 	dnsmasq-base bind9-dnsutils   # the allowlist resolver stand-in and its fake upstream; dig
 	pre-commit git                # the pre-commit hook, run by the real pre-commit; git in the checkpoint tests' shell image
 	btrfs-progs e2fsprogs         # checkpoints: btrfs on a loop device, ext4 for the migration path
+	wireguard-tools wireguard-go iputils-ping # the twin's Tailscale stand-in: wg, userspace WireGuard where the kernel has none, ping over tailscale0
 )
 
 if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then

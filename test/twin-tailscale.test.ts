@@ -5,7 +5,10 @@ import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { renderTailnetPolicy, tailnetPolicyText } from "../components/render/tailnetPolicy";
 import { buildTailscaleDeb, Coordinator, newAuthKey, startCoordinator, TAILSCALE_DEB_VERSION } from "../twin/tailscale";
+import { readStackFile } from "../components/config/load";
 import { inNamespace, spawnInNamespace } from "./helpers/netns";
+import { BootedHost, bootRootfs, debianRootfs, extractRootfs } from "./helpers/nspawn";
+import { renderHosts, stackFile } from "./helpers/stacks";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -38,6 +41,10 @@ interface TestNode {
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const ip = (...args: string[]) => {
+    const result = run("ip", args);
+    if (result.status !== 0) throw new Error(`ip ${args.join(" ")}: ${result.stderr}`);
+};
 
 describe.runIf(canRun)("the twin's Tailscale stand-in (namespaces, WireGuard, the rendered policy)", () => {
     let work: string;
@@ -51,10 +58,6 @@ describe.runIf(canRun)("the twin's Tailscale stand-in (namespaces, WireGuard, th
     const keys = { gateway: newAuthKey([GATEWAY_TAG]), sandbox: newAuthKey([SANDBOX_TAG]), other: newAuthKey([OTHER_TAG]) };
     const listeners: ChildProcess[] = [];
 
-    const ip = (...args: string[]) => {
-        const result = run("ip", args);
-        if (result.status !== 0) throw new Error(`ip ${args.join(" ")}: ${result.stderr}`);
-    };
     const cli = (node: TestNode, args: string[], user?: string) =>
         inNamespace(node.ns, [...(user ? ["runuser", "-u", user, "--"] : []), path.join(TWIN, "tailscale"), `--socket=${node.dir}/tailscaled.sock`, ...args]);
     const tailnetIp = (node: TestNode, peer?: string) => cli(node, ["ip", "-4", ...(peer ? [peer] : [])]);
@@ -269,46 +272,169 @@ describe.runIf(canRun)("the twin's Tailscale stand-in (namespaces, WireGuard, th
     }, 30_000);
 });
 
+
 describe.runIf(canRun)("the tailscale .deb", () => {
-    let out: string;
-    beforeAll(() => {
-        out = fs.mkdtempSync(path.join(os.tmpdir(), "airlock-tailscale-deb-"));
+    it("is the package Tailscale's repository would serve (name, dependencies, the binaries and unit where Tailscale puts them), built the same from the same sources", () => {
+        const out = fs.mkdtempSync(path.join(os.tmpdir(), "airlock-tailscale-deb-"));
+        try {
+            const deb = buildTailscaleDeb(out);
+            expect(path.basename(deb)).toBe(`tailscale_${TAILSCALE_DEB_VERSION}_all.deb`);
+            const field = (name: string) => run("dpkg-deb", ["--field", deb, name]).stdout.trim();
+            expect(field("Package")).toBe("tailscale");
+            expect(field("Depends")).toMatch(/python3.*wireguard-tools.*nftables/);
+            const contents = run("dpkg-deb", ["--contents", deb]).stdout;
+            expect(contents).toMatch(/-rwxr-xr-x root\/root .* \.\/usr\/sbin\/tailscaled\n/);
+            expect(contents).toMatch(/-rwxr-xr-x root\/root .* \.\/usr\/bin\/tailscale\n/);
+            expect(contents).toMatch(/-rw-r--r-- root\/root .* \.\/lib\/systemd\/system\/tailscaled\.service\n/);
+            expect(contents).toMatch(/-rw-r--r-- root\/root .* \.\/etc\/default\/tailscaled\n/);
+            const again = buildTailscaleDeb(path.join(out, "again"));
+            expect(fs.readFileSync(again).equals(fs.readFileSync(deb))).toBe(true);
+        } finally {
+            fs.rmSync(out, { recursive: true, force: true });
+        }
     });
-    afterAll(() => fs.rmSync(out, { recursive: true, force: true }));
+});
 
-    it("is the package Tailscale's repository would serve: name, dependencies, binaries, the unit, a postinst that starts nothing", () => {
-        const deb = buildTailscaleDeb(out);
-        expect(path.basename(deb)).toBe(`tailscale_${TAILSCALE_DEB_VERSION}_all.deb`);
-        const field = (name: string) => run("dpkg-deb", ["--field", deb, name]).stdout.trim();
-        expect(field("Package")).toBe("tailscale");
-        expect(field("Depends")).toMatch(/python3.*wireguard-tools.*nftables/);
-        const contents = run("dpkg-deb", ["--contents", deb]).stdout;
-        for (const file of ["./usr/sbin/tailscaled", "./usr/bin/tailscale", "./lib/systemd/system/tailscaled.service", "./etc/default/tailscaled"]) expect(contents).toContain(file);
-        expect(contents).toMatch(/-rwxr-xr-x root\/root .* \.\/usr\/sbin\/tailscaled/);
-        // The same sources build the same package (the mirror's index stays stable).
-        const again = buildTailscaleDeb(path.join(out, "again"));
-        expect(fs.readFileSync(again).equals(fs.readFileSync(deb))).toBe(true);
-    });
+/**
+ * The package as a guest gets it: installed with dpkg into a Debian 12 root booted
+ * under its own systemd (systemd-nspawn), airlock's drop-in in place, joined by the
+ * rendered airlock-tailnet-join, its address read by the rendered airlock-tailnet-render,
+ * with a peer (tailscaled run directly) on the same coordinator.
+ */
+const canBoot = canRun && toolsAvailable("the tailscale package under systemd-nspawn", ["systemd-nspawn", "mmdebstrap", "nsenter", "apt-get"]);
 
-    it("installs with dpkg -i into a throwaway root, where the unit names the real socket and state", () => {
-        const deb = buildTailscaleDeb(out);
-        const root = path.join(out, "root");
-        const admin = path.join(root, "var/lib/dpkg");
-        fs.mkdirSync(path.join(admin, "updates"), { recursive: true });
-        fs.mkdirSync(path.join(admin, "info"), { recursive: true });
-        fs.writeFileSync(path.join(admin, "status"), "");
-        // Its dependencies are the guest's (the base image has them); maintainer scripts run
-        // in the guest, where deb-systemd-helper exists: here they are not run.
-        const installed = run("dpkg", [`--root=${root}`, "--force-depends", "--force-script-chrootless", "--no-triggers", "-i", deb], {
-            env: { ...process.env, DPKG_ROOT: root, PATH: `${path.join(out, "no-scripts")}:${process.env.PATH}` },
+describe.runIf(canBoot)("the tailscale .deb, installed and run under systemd", () => {
+    const bridgeNs = "al-tsb-br";
+    const guestNs = "al-tsb-sb";
+    const peerNs = "al-tsb-gw";
+    const subnet = "198.18.78";
+    const control = `${subnet}.3`;
+    let work: string;
+    let coordinator: Coordinator;
+    let host: BootedHost | undefined;
+    let peer: ChildProcess | undefined;
+    const sandboxKey = newAuthKey([SANDBOX_TAG]);
+    const gatewayKey = newAuthKey([GATEWAY_TAG]);
+    const cfg = readStackFile(stackFile("dev"));
+    const rendered = renderHosts(cfg).sandbox;
+    const peerCli = (args: string[]) => inNamespace(peerNs, [path.join(TWIN, "tailscale"), `--socket=${work}/peer/tailscaled.sock`, ...args]);
+
+    beforeAll(async () => {
+        const tarball = debianRootfs();
+        work = fs.mkdtempSync("/var/tmp/airlock-tailscale-boot-");
+        const debs = path.join(work, "debs");
+        buildTailscaleDeb(debs);
+        // Its dependencies from Debian, as the twin's mirror carries them (wireguard-go for a
+        // kernel without WireGuard, like this machine's; a guest's Debian kernel has it).
+        const fetched = run("apt-get", ["download", "wireguard-tools", "wireguard-go"], { cwd: debs, timeout: 120_000 });
+        if (fetched.status !== 0) throw new Error(`apt-get download: ${fetched.stderr}`);
+
+        const root = path.join(work, "root");
+        extractRootfs(tarball, root);
+        fs.mkdirSync(path.join(root, "var/tmp/debs"), { recursive: true });
+        for (const file of fs.readdirSync(debs)) fs.copyFileSync(path.join(debs, file), path.join(root, "var/tmp/debs", file));
+        // What cloud-init writes before runcmd, as the plan renders it.
+        for (const file of rendered.files.filter((f) => /tailnet-join|tailnet-render|tailscaled\.service\.d/.test(f.path))) {
+            fs.mkdirSync(path.dirname(path.join(root, file.path)), { recursive: true });
+            fs.writeFileSync(path.join(root, file.path), file.content, { mode: parseInt(file.permissions, 8) });
+        }
+        fs.mkdirSync(path.join(root, "etc/airlock"), { recursive: true });
+        fs.writeFileSync(path.join(root, "etc/airlock/tailnet-authkey"), `${sandboxKey.key}\n`, { mode: 0o600 });
+        // The twin's DNS answers this name; here the guest's hosts file does.
+        fs.appendFileSync(path.join(root, "etc/hosts"), `${control} controlplane.tailscale.com\n`);
+
+        for (const ns of [bridgeNs, guestNs, peerNs]) {
+            run("ip", ["netns", "del", ns]);
+            ip("netns", "add", ns);
+            ip("-n", ns, "link", "set", "lo", "up");
+        }
+        ip("-n", bridgeNs, "link", "add", "br0", "type", "bridge");
+        ip("-n", bridgeNs, "addr", "add", `${control}/24`, "dev", "br0");
+        ip("-n", bridgeNs, "link", "set", "br0", "up");
+        for (const [ns, address] of [[guestNs, `${subnet}.11`], [peerNs, `${subnet}.10`]]) {
+            ip("link", "add", "eth0", "netns", ns, "type", "veth", "peer", `name`, `p-${ns}`, "netns", bridgeNs);
+            ip("-n", bridgeNs, "link", "set", `p-${ns}`, "master", "br0", "up");
+            ip("-n", ns, "addr", "add", `${address}/24`, "dev", "eth0");
+            ip("-n", ns, "link", "set", "eth0", "up");
+        }
+        fs.mkdirSync(`/etc/netns/${peerNs}`, { recursive: true });
+        fs.writeFileSync(`/etc/netns/${peerNs}/hosts`, `127.0.0.1 localhost\n${control} controlplane.tailscale.com\n`);
+
+        const policyFile = path.join(work, "policy.hujson");
+        fs.writeFileSync(policyFile, tailnetPolicyText(renderTailnetPolicy({ gatewayTag: GATEWAY_TAG, sandboxTag: SANDBOX_TAG, tagOwners: ["autogroup:admin"] })));
+        coordinator = await startCoordinator({
+            netns: bridgeNs,
+            address: control,
+            port: 80,
+            policyFile,
+            authKeys: { [sandboxKey.key]: sandboxKey.tags },
+            logFile: path.join(work, "coordinator.log"),
         });
-        expect(installed.stderr).not.toMatch(/error/i);
-        expect(run("dpkg", [`--root=${root}`, "-s", "tailscale"]).stdout).toMatch(/Status: install ok installed/);
-        const unit = fs.readFileSync(path.join(root, "lib/systemd/system/tailscaled.service"), "utf8");
-        expect(unit).toMatch(/^RuntimeDirectory=tailscale$/m);
-        expect(unit).toMatch(/--socket=\/run\/tailscale\/tailscaled\.sock/);
-        expect(unit).toMatch(/--state=\/var\/lib\/tailscale\/tailscaled\.state/);
-        expect(unit).toMatch(/^Type=notify$/m);
-        expect(fs.statSync(path.join(root, "usr/sbin/tailscaled")).mode & 0o777).toBe(0o755);
+        host = await bootRootfs(root, guestNs);
+    }, 900_000);
+
+    afterAll(async () => {
+        peer?.kill("SIGTERM");
+        await host?.stop();
+        await coordinator?.stop();
+        for (const ns of [bridgeNs, guestNs, peerNs]) run("ip", ["netns", "del", ns]);
+        fs.rmSync(`/etc/netns/${peerNs}`, { recursive: true, force: true });
+        if (work) fs.rmSync(work, { recursive: true, force: true });
+    }, 60_000);
+
+    it("dpkg installs it; like Tailscale's package its postinst enables and starts tailscaled, and install-tailscale's enable --now is a no-op", () => {
+        const installed = host!.exec(["sh", "-c", "dpkg -i /var/tmp/debs/*.deb"], { timeout: 120_000 });
+        expect(installed.stderr).not.toMatch(/dpkg: error|dependency problems/);
+        expect(installed.status).toBe(0);
+        expect(host!.exec(["dpkg-query", "-W", "-f=${Status} ${Version}", "tailscale"]).stdout).toBe(`install ok installed ${TAILSCALE_DEB_VERSION}`);
+        expect(host!.exec(["systemctl", "is-enabled", "tailscaled.service"]).stdout.trim()).toBe("enabled");
+        expect(host!.exec(["systemctl", "is-active", "tailscaled.service"]).stdout.trim()).toBe("active");
+        expect(host!.exec(["systemctl", "enable", "--now", "tailscaled.service"]).status).toBe(0);
+    }, 180_000);
+
+    it("its LocalAPI socket is /run/tailscale/tailscaled.sock, in a directory only root can enter (airlock's drop-in)", () => {
+        expect(host!.exec(["stat", "-c", "%a %U", "/run/tailscale"]).stdout.trim()).toBe("700 root");
+        expect(host!.exec(["test", "-S", "/run/tailscale/tailscaled.sock"]).status).toBe(0);
+        expect(JSON.parse(host!.exec(["tailscale", "status", "--json"]).stdout).BackendState).toBe("NeedsLogin");
+        const asNobody = host!.exec(["runuser", "-u", "nobody", "--", "tailscale", "status", "--json"]);
+        expect(asNobody.status).not.toBe(0);
+        expect(asNobody.stderr).toMatch(/Permission denied/);
     });
+
+    it("the rendered airlock-tailnet-join joins with the key file and shreds it; airlock-tailnet-render finds the gateway that joins later", async () => {
+        const joined = host!.exec(["/usr/local/sbin/airlock-tailnet-join"], { timeout: 120_000 });
+        expect(joined.stderr).toBe("");
+        expect(joined.status).toBe(0);
+        const own = joined.stdout.trim();
+        expect(own).toMatch(/^100\.\d+\.\d+\.\d+$/);
+        expect(host!.exec(["test", "-e", "/etc/airlock/tailnet-authkey"]).status).not.toBe(0);
+        expect(host!.exec(["ip", "-4", "-o", "addr", "show", "dev", "tailscale0"]).stdout).toContain(`inet ${own}/32`);
+
+        // The gateway joins after the sandbox is up, as in a deploy where it boots later.
+        const template = "listen @TAILNET_IPV4@\nresolver @RESOLVER_IPV4@\n";
+        host!.exec(["sh", "-c", `printf '${template}' >/var/tmp/render.in`]);
+        const rendering = host!.exec(["sh", "-c", `AIRLOCK_TAILNET_WAIT_SECONDS=60 /usr/local/sbin/airlock-tailnet-render --resolver ${cfg.hostnames.gateway} /var/tmp/render.in /var/tmp/render.out >/var/tmp/render.log 2>&1 &`]);
+        expect(rendering.status).toBe(0);
+        await coordinator.addAuthKey(gatewayKey);
+        fs.mkdirSync(path.join(work, "peer"));
+        peer = spawnInNamespace(peerNs, `exec python3 ${TWIN}/tailscaled --state=${work}/peer/tailscaled.state --socket=${work}/peer/tailscaled.sock`, path.join(work, "peer.log"));
+        for (let i = 0; i < 50 && !fs.existsSync(`${work}/peer/tailscaled.sock`); i++) await sleep(100);
+        fs.writeFileSync(path.join(work, "peer", "key"), gatewayKey.key, { mode: 0o600 });
+        const up = peerCli(["up", `--auth-key=file:${work}/peer/key`, `--hostname=${cfg.hostnames.gateway}`, `--advertise-tags=${GATEWAY_TAG}`, "--accept-routes=false", "--accept-dns=false"]);
+        expect(up.stderr).toBe("");
+        const gatewayIp = peerCli(["ip", "-4"]).stdout.trim();
+        expect(await host!.waitFor(["test", "-s", "/var/tmp/render.out"], 20)).toBe(true);
+        expect(host!.exec(["cat", "/var/tmp/render.log"]).stdout).toContain(`/var/tmp/render.out written for ${own} (resolver ${gatewayIp})`);
+        expect(host!.exec(["cat", "/var/tmp/render.out"]).stdout).toBe(`listen ${own}\nresolver ${gatewayIp}\n`);
+        expect(inNamespace(peerNs, ["ping", "-c", "2", "-W", "3", own]).status).toBe(0);
+    }, 120_000);
+
+    it("restarts with its state from /var/lib/tailscale, and its stop removes tailscale0 and its filter", async () => {
+        const before = host!.exec(["tailscale", "ip", "-4"]).stdout.trim();
+        expect(host!.exec(["systemctl", "restart", "tailscaled.service"]).status).toBe(0);
+        expect(await host!.waitFor(["sh", "-c", `tailscale ip -4 | grep -qx ${before}`], 20)).toBe(true);
+        expect(host!.exec(["systemctl", "stop", "tailscaled.service"]).status).toBe(0);
+        expect(host!.exec(["ip", "link", "show", "dev", "tailscale0"]).status).not.toBe(0);
+        expect(host!.exec(["nft", "list", "table", "inet", "tailscale-twin"]).status).not.toBe(0);
+    }, 60_000);
 });
