@@ -66,7 +66,7 @@ describe.runIf(canRun)("the twin's Tailscale stand-in (namespaces, WireGuard, th
         // /run/wireguard: each node gets its own, in the mount namespace `ip netns exec` makes.
         node.daemon = spawnInNamespace(
             node.ns,
-            `mkdir -p /run/wireguard && mount -t tmpfs -o mode=0700 tmpfs /run/wireguard && exec python3 ${TWIN}/tailscaled --state=${node.dir}/tailscaled.state --socket=${node.dir}/tailscaled.sock`,
+            `mkdir -p /run/wireguard && mount -t tmpfs -o mode=0700 tmpfs /run/wireguard && exec ${TWIN}/tailscaled --state=${node.dir}/tailscaled.state --socket=${node.dir}/tailscaled.sock`,
             path.join(node.dir, "tailscaled.log"),
         );
     };
@@ -140,6 +140,9 @@ describe.runIf(canRun)("the twin's Tailscale stand-in (namespaces, WireGuard, th
             policyFile,
             authKeys: Object.fromEntries(Object.values(keys).map((k) => [k.key, k.tags])),
             logFile: path.join(work, "coordinator.log"),
+            // Short, so the replaced-sandbox test need not wait the default 45 s.
+            pollSeconds: 2,
+            offlineSeconds: 5,
         });
         for (const node of Object.values(nodes)) startDaemon(node);
         for (const node of Object.values(nodes)) await waitForSocket(node);
@@ -270,6 +273,49 @@ describe.runIf(canRun)("the twin's Tailscale stand-in (namespaces, WireGuard, th
         expect(after).toBe(before);
         expect(inNamespace(nodes.gateway.ns, ["ping", "-c", "1", "-W", "3", before]).status).toBe(0);
     }, 30_000);
+
+    it("a replaced sandbox (a new server, a new key, the old one gone without a word) takes over the name: the gateway finds and reaches the new one", async () => {
+        const old = tailnetIp(nodes.sandbox).stdout.trim();
+        // Destroyed, as a server is: no logout, no cleanup.
+        nodes.sandbox.daemon!.kill("SIGKILL");
+        await sleep(500);
+        run("ip", ["netns", "del", nodes.sandbox.ns]);
+        ip("netns", "add", nodes.sandbox.ns);
+        ip("-n", nodes.sandbox.ns, "link", "set", "lo", "up");
+        ip("link", "add", "eth0", "netns", nodes.sandbox.ns, "type", "veth", "peer", "name", "p-sandbox2", "netns", BRIDGE_NS);
+        ip("-n", BRIDGE_NS, "link", "set", "p-sandbox2", "master", "br0", "up");
+        ip("-n", nodes.sandbox.ns, "addr", "add", `${PUBLIC}.11/24`, "dev", "eth0");
+        ip("-n", nodes.sandbox.ns, "link", "set", "eth0", "up");
+        nodes.sandbox.dir = path.join(work, "sandbox-replacement");
+        fs.mkdirSync(nodes.sandbox.dir);
+        startDaemon(nodes.sandbox);
+        await waitForSocket(nodes.sandbox);
+        const replacementKey = newAuthKey([SANDBOX_TAG]);
+        await coordinator.addAuthKey(replacementKey);
+        await sleep(6000); // the old node is offline now (offlineSeconds: 5)
+        const joined = join(nodes.sandbox, replacementKey.key, SANDBOX_HOST, SANDBOX_TAG, false);
+        expect(joined.stderr).toBe("");
+        const fresh = tailnetIp(nodes.sandbox).stdout.trim();
+        expect(fresh).not.toBe(old);
+        let seen = "";
+        for (let i = 0; i < 50 && seen !== fresh; i++) {
+            seen = tailnetIp(nodes.gateway, SANDBOX_HOST).stdout.trim();
+            if (seen !== fresh) await sleep(200);
+        }
+        expect(seen).toBe(fresh);
+        expect((await coordinator.nodes()).filter((n) => n.tags.includes(SANDBOX_TAG)).map((n) => n.name)).toEqual([SANDBOX_HOST]);
+        expect(inNamespace(nodes.gateway.ns, ["ping", "-c", "1", "-W", "3", fresh]).status).toBe(0);
+    }, 60_000);
+});
+
+describe.runIf(toolsAvailable("the stand-in's python", ["pyflakes3"]))("the stand-in's python", () => {
+    it.each(["tailscaled", "tailscale", "coordinator"])("%s: isolated python3 from Debian, and pyflakes finds nothing", (name) => {
+        const file = path.join(TWIN, name);
+        expect(fs.readFileSync(file, "utf8").split("\n")[0]).toBe("#!/usr/bin/python3 -IS");
+        const flakes = run("pyflakes3", [file]);
+        expect(flakes.stdout + flakes.stderr).toBe("");
+        expect(flakes.status).toBe(0);
+    });
 });
 
 
@@ -417,7 +463,7 @@ describe.runIf(canBoot)("the tailscale .deb, installed and run under systemd", (
         expect(rendering.status).toBe(0);
         await coordinator.addAuthKey(gatewayKey);
         fs.mkdirSync(path.join(work, "peer"));
-        peer = spawnInNamespace(peerNs, `exec python3 ${TWIN}/tailscaled --state=${work}/peer/tailscaled.state --socket=${work}/peer/tailscaled.sock`, path.join(work, "peer.log"));
+        peer = spawnInNamespace(peerNs, `exec ${TWIN}/tailscaled --state=${work}/peer/tailscaled.state --socket=${work}/peer/tailscaled.sock`, path.join(work, "peer.log"));
         for (let i = 0; i < 50 && !fs.existsSync(`${work}/peer/tailscaled.sock`); i++) await sleep(100);
         fs.writeFileSync(path.join(work, "peer", "key"), gatewayKey.key, { mode: 0o600 });
         const up = peerCli(["up", `--auth-key=file:${work}/peer/key`, `--hostname=${cfg.hostnames.gateway}`, `--advertise-tags=${GATEWAY_TAG}`, "--accept-routes=false", "--accept-dns=false"]);

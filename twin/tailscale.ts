@@ -91,6 +91,13 @@ export interface CoordinatorOptions {
     adminSocket?: string;
     /** Where to write its pid, so a later process (`twin down`) can stop it. */
     pidFile?: string;
+    /**
+     * After how long without a poll a node counts as offline (default 45 s), when a new
+     * node may take its name: a replaced sandbox's successor is the sandbox's name again.
+     */
+    offlineSeconds?: number;
+    /** How long a poll waits for a change (default 20 s); below offlineSeconds. */
+    pollSeconds?: number;
 }
 
 /** A node as the coordinator knows it. */
@@ -145,9 +152,13 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 export async function startCoordinator(options: CoordinatorOptions): Promise<Coordinator> {
     const adminSocket = options.adminSocket ?? path.join(path.dirname(options.logFile), "tailscale-coordinator.sock");
     const log = fs.openSync(options.logFile, "a");
+    const timing = [
+        ...(options.pollSeconds === undefined ? [] : ["--poll-seconds", String(options.pollSeconds)]),
+        ...(options.offlineSeconds === undefined ? [] : ["--offline-seconds", String(options.offlineSeconds)]),
+    ];
     const child = spawn(
         "ip",
-        ["netns", "exec", options.netns, "python3", path.join(SOURCES, "coordinator"), "--listen", `${options.address}:${options.port}`, "--policy", options.policyFile, "--admin-socket", adminSocket],
+        ["netns", "exec", options.netns, path.join(SOURCES, "coordinator"), "--listen", `${options.address}:${options.port}`, "--policy", options.policyFile, "--admin-socket", adminSocket, ...timing],
         { detached: true, stdio: ["pipe", log, log] },
     );
     fs.closeSync(log);
