@@ -116,6 +116,8 @@ export interface CoordinatorNode {
 export interface Coordinator {
     pid: number;
     url: string;
+    /** For addCoordinatorAuthKey/coordinatorNodes from another process. */
+    adminSocket: string;
     /** Accepts one more auth key (a replacement server's). */
     addAuthKey(key: AuthKey): Promise<void>;
     nodes(): Promise<CoordinatorNode[]>;
@@ -141,6 +143,19 @@ function adminRequest(socketPath: string, method: string, urlPath: string, body?
         req.setTimeout(5000, () => req.destroy(new Error("coordinator admin socket: timeout")));
         req.end(data);
     });
+}
+
+/** Another process's way in (a later `twin` command): one more auth key, through the admin socket. */
+export async function addCoordinatorAuthKey(adminSocket: string, key: AuthKey): Promise<void> {
+    const answer = await adminRequest(adminSocket, "POST", "/admin/keys", key);
+    if (answer.status !== 200) throw new Error(`coordinator: adding an auth key: ${answer.body.error ?? answer.status}`);
+}
+
+/** The tailnet's nodes as the coordinator knows them (addresses, tags, endpoints, online). */
+export async function coordinatorNodes(adminSocket: string): Promise<CoordinatorNode[]> {
+    const answer = await adminRequest(adminSocket, "GET", "/admin/nodes");
+    if (answer.status !== 200) throw new Error(`coordinator: listing nodes: ${answer.body.error ?? answer.status}`);
+    return answer.body.nodes;
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -173,13 +188,9 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
     const coordinator: Coordinator = {
         pid,
         url: `http://${options.address}:${options.port}`,
-        async addAuthKey(key) {
-            const answer = await adminRequest(adminSocket, "POST", "/admin/keys", key);
-            if (answer.status !== 200) throw new Error(`coordinator: adding an auth key: ${answer.body.error ?? answer.status}`);
-        },
-        async nodes() {
-            return (await adminRequest(adminSocket, "GET", "/admin/nodes")).body.nodes;
-        },
+        adminSocket,
+        addAuthKey: (key) => addCoordinatorAuthKey(adminSocket, key),
+        nodes: () => coordinatorNodes(adminSocket),
         async stop() {
             if (running()) process.kill(pid, "SIGTERM");
             await Promise.race([exited, sleep(5000)]);
