@@ -30,6 +30,8 @@ readonly PACKAGES=(
 	fdisk qemu-utils              # the twin's base image: its partition table (sfdisk), qcow2 (qemu-img)
 	apt-utils gnupg curl          # the twin's apt mirror: apt-ftparchive, its signing key, the TLS test client
 	debian-archive-keyring        # the mirror verifies what it downloads from Debian
+	wireguard-tools wireguard-go iputils-ping # the twin's Tailscale stand-in: wg, userspace WireGuard where the kernel has none, ping over tailscale0
+	qemu-system-x86 nftables     # the twin: its guests (TCG), the hcloud Firewall stand-in
 )
 
 if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
