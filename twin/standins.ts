@@ -1,10 +1,14 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
+import * as YAML from "yaml";
+import { planStack } from "../cli/offline";
+import { collectArtifacts } from "../cli/plan";
 import { BASE_ROOT_DEVICE, ensureBaseImage } from "./base-image";
-import { GuestRole, twinNetns } from "./contract";
+import { CONTROL_ADDRESS, GuestRole, TWIN_CACHE_DIR, twinNetns } from "./contract";
 import type { BootFiles } from "./guests";
-import { ensureMirror, startMirror, userDataPackages } from "./mirror";
-import { daemonRunning, runDirOf, stopDaemon } from "./network";
+import { ensureMirror, startMirror } from "./mirror";
+import { daemonRunning, runDirOf, stopDaemon, TwinError } from "./network";
+import { addCoordinatorAuthKey, buildTailscaleDeb, newAuthKey, startCoordinator } from "./tailscale";
 
 /**
  * What the twin's other parts provide, behind one interface: the base image, the
@@ -34,28 +38,54 @@ export async function bootFiles(log: (line: string) => void): Promise<BootFiles>
     return { kernel: base.kernel, initrd: base.initrd, disk: base.disk, rootDevice: BASE_ROOT_DEVICE };
 }
 
-/** The pid file of a stand-in server started by another module (which writes none). */
 const pidFileOf = (stack: string, name: string) => path.join(runDirOf(stack), `${name}.pid`);
+const coordinatorSocket = (stack: string) => path.join(runDirOf(stack), "tailscale-coordinator.sock");
 
 /** Starts (or finds running) every stand-in of the stack's twin. */
 export async function startStandIns({ stack, stackFile, log }: StandInOptions): Promise<StandIns> {
+    const runDir = runDirOf(stack);
     const base = await ensureBaseImage(log);
-    const stacksDir = path.dirname(stackFile);
-    const stackName = path.basename(stackFile).replace(/^Pulumi\.(.*)\.yaml$/, "$1");
-    const packages = await userDataPackages([stackName], stacksDir);
-    const mirror = await ensureMirror({ packages, image: base, extraDebs: [], log });
+    // What does not depend on deploy-time values: the packages user_data installs, the tailnet policy.
+    const plan = await planStack(stackFile, path.basename(stackFile).replace(/^Pulumi\.(.*)\.yaml$/, "$1"));
+    const artifacts = collectArtifacts(plan);
+    const packages = new Set<string>();
+    for (const role of ["gateway", "sandbox"]) for (const name of YAML.parse(artifacts.get(role)!["cloud-init.yaml"]).packages ?? []) packages.add(String(name));
+    const policy = artifacts.get("tailnet")?.["policy.hujson"];
+    if (policy === undefined) throw new TwinError("the plan renders no tailnet policy (out/<stack>/tailnet/policy.hujson)");
+    fs.writeFileSync(path.join(runDir, "tailnet-policy.hujson"), policy);
+
+    const deb = buildTailscaleDeb(path.join(TWIN_CACHE_DIR, "tailscale-deb"));
+    const mirror = await ensureMirror({ packages: [...packages].sort(), image: base, extraDebs: [deb], log });
     if (!daemonRunning(stack, "mirror")) {
-        const running = await startMirror({ netns: twinNetns(stack), dir: mirror.dir, logFile: path.join(runDirOf(stack), "mirror.log") });
+        const running = await startMirror({ netns: twinNetns(stack), dir: mirror.dir, logFile: path.join(runDir, "mirror.log") });
         fs.writeFileSync(pidFileOf(stack, "mirror"), `${running.pid}\n`);
     }
+    if (!daemonRunning(stack, "coordinator")) {
+        await startCoordinator({
+            netns: twinNetns(stack),
+            address: CONTROL_ADDRESS,
+            port: 80,
+            policyFile: path.join(runDir, "tailnet-policy.hujson"),
+            authKeys: {},
+            logFile: path.join(runDir, "coordinator.log"),
+            adminSocket: coordinatorSocket(stack),
+            pidFile: pidFileOf(stack, "coordinator"),
+        });
+    }
+    const tags: Record<GuestRole, string> = { gateway: plan.config.tailnet.gatewayTag, sandbox: plan.config.tailnet.sandboxTag };
     return {
         bootFiles: { kernel: base.kernel, initrd: base.initrd, disk: base.disk, rootDevice: BASE_ROOT_DEVICE },
         tailscaleKeyFingerprint: mirror.fingerprint,
-        joinKey: async (role) => ["tskey", "auth", "twin", role].join("-"),
+        joinKey: async (role) => {
+            const key = newAuthKey([tags[role]]);
+            await addCoordinatorAuthKey(coordinatorSocket(stack), key);
+            return key.key;
+        },
+        // Interim, until the registry is integrated: no image pulls.
         digestOf: () => `sha256:${"1".repeat(64)}`,
     };
 }
 
 export function stopStandIns(stack: string): void {
-    stopDaemon(stack, "mirror");
+    for (const name of ["coordinator", "mirror"]) stopDaemon(stack, name);
 }
