@@ -8,6 +8,7 @@ import { StackConfig } from "../components/config/schema";
 import { planStack } from "../cli/offline";
 import { collectArtifacts } from "../cli/plan";
 import { GUESTS, HOST_ADDRESS, twinNetns } from "../twin/contract";
+import { BACKUP_URL, backupStorage } from "../twin/backup";
 import { publishedUserData } from "../twin/metadata";
 import { runDirOf } from "../twin/network";
 import { readState, start, stop } from "../twin/twin";
@@ -212,6 +213,35 @@ describe.runIf(canRun)("the twin", () => {
         expect(back.stdout.split("\n").slice(0, 2)).toEqual([first, second]);
         expect(back.stdout).toMatch(/^git version /m);
     }, 10 * MINUTE);
+
+    it("backups and the restore drill pass against the twin's B2 stand-in, and the drill fails once the stand-in's data is truncated", () => {
+        // The operator's step (README "Backups"): credentials delivered, each repository initialised once.
+        const password = ["restic", crypto.randomBytes(12).toString("hex")].join("-");
+        const deliver = ["gateway", "sandbox"]
+            .map((repo) => `printf 'RESTIC_REPOSITORY=rest:${BACKUP_URL}/${repo}/\\nRESTIC_PASSWORD=%s\\n' '${password}' > /etc/airlock/backup/${repo}.env`)
+            .join(" && ");
+        expect(asRoot("gateway", `install -d -m 0700 /etc/airlock/backup && umask 077 && ${deliver}`).code).toBe(0);
+        for (const repo of ["gateway", "sandbox"]) {
+            const init = asRoot("gateway", `airlock-backup-init ${repo}`, 5 * MINUTE);
+            expect(init.code, init.stderr).toBe(0);
+        }
+        expect(asAgent("mkdir -p /workspace/drill && seq 1 2000 > /workspace/drill/numbers && echo kept > /workspace/drill/note").code).toBe(0);
+        for (const unit of ["airlock-backup-gateway.service", "airlock-backup-sandbox.service"]) {
+            const backup = asRoot("gateway", `systemctl start ${unit}; systemctl is-failed ${unit}; journalctl -u ${unit} --no-pager | tail -5`, 10 * MINUTE);
+            expect(backup.stdout, unit).toMatch(/^active$|^inactive$/m);
+        }
+        const drill = asRoot("gateway", "airlock-restore-drill", 10 * MINUTE);
+        expect(drill.code, drill.stdout + drill.stderr).toBe(0);
+        // The stand-in's storage is on this machine: cut every pack of the sandbox's repository short.
+        const packs = fs.readdirSync(path.join(backupStorage(STACK), "sandbox", "data"), { recursive: true, encoding: "utf8" }).filter((f) => /[0-9a-f]{64}$/.test(f));
+        expect(packs.length).toBeGreaterThan(0);
+        for (const pack of packs) {
+            const file = path.join(backupStorage(STACK), "sandbox", "data", pack);
+            fs.truncateSync(file, Math.floor(fs.statSync(file).size / 2));
+        }
+        const broken = asRoot("gateway", "airlock-restore-drill", 10 * MINUTE);
+        expect(broken.code, broken.stdout + broken.stderr).not.toBe(0);
+    }, 30 * MINUTE);
 
     it("replace: a new sandbox on the same volume keeps /workspace, matches the gateway's pinned host key, and the first command works", () => {
         const content = crypto.randomBytes(16).toString("hex");
