@@ -36,6 +36,7 @@ const TAILNET = "100.100.9.1";
 /** The fake upstream resolver (dnsmasq) behind Docker's embedded DNS, and what it answers. */
 const UPSTREAM = "10.77.0.1";
 const UPSTREAM_ANSWER = "192.0.2.7";
+const SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt";
 const ACCEPT = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
 
 function must(result: ReturnType<typeof run>, what: string): string {
@@ -106,7 +107,9 @@ describe.runIf(canRun)("the twin's images and registry", () => {
         run("ip", ["netns", "del", NS]);
         must(run("ip", ["netns", "add", NS]), "netns");
         must(run("ip", ["-n", NS, "link", "set", "lo", "up"]), "lo");
-        must(run("ip", ["-n", NS, "link", "add", "twin0", "type", "dummy"]), "dummy");
+        // A veth pair inside the namespace carries its addresses (the kernel here has no dummy links).
+        must(run("ip", ["-n", NS, "link", "add", "twin0", "type", "veth", "peer", "name", "twin1"]), "veth");
+        must(run("ip", ["-n", NS, "link", "set", "twin1", "up"]), "up");
         for (const address of [`${REGISTRY_ADDRESS}/24`, `${UPSTREAM}/24`, `${TAILNET}/32`]) must(run("ip", ["-n", NS, "addr", "add", address, "dev", "twin0"]), address);
         must(run("ip", ["-n", NS, "link", "set", "twin0", "up"]), "up");
 
@@ -116,11 +119,11 @@ describe.runIf(canRun)("the twin's images and registry", () => {
         fs.mkdirSync(netnsEtc, { recursive: true });
         fs.writeFileSync(path.join(netnsEtc, "hosts"), `127.0.0.1 localhost\n${REGISTRY_ADDRESS} ${names.join(" ")}\n`);
         fs.writeFileSync(path.join(netnsEtc, "resolv.conf"), `nameserver ${UPSTREAM}\n`);
-        // dockerd trusts the CA for each registry name, /etc/docker/certs.d-style, in this namespace only.
-        for (const name of names) {
-            fs.mkdirSync(path.join(netnsEtc, "docker", "certs.d", name), { recursive: true });
-            fs.copyFileSync(tls.ca, path.join(netnsEtc, "docker", "certs.d", name, "ca.crt"));
-        }
+        // Inside the namespace the system's trust store also holds the CA, as the twin's base image
+        // installs it (dockerd trusts docker.io's registry through the system store only, never certs.d).
+        fs.copyFileSync(SYSTEM_BUNDLE, path.join(dir, "system-ca.crt"));
+        fs.mkdirSync(path.join(netnsEtc, "ssl", "certs"), { recursive: true });
+        fs.writeFileSync(path.join(netnsEtc, "ssl", "certs", "ca-certificates.crt"), fs.readFileSync(SYSTEM_BUNDLE, "utf8") + fs.readFileSync(tls.ca, "utf8"));
 
         started = Date.now();
         const storageDir = path.join(dir, "registry");
@@ -162,8 +165,8 @@ describe.runIf(canRun)("the twin's images and registry", () => {
             // The tag names the same manifest.
             const byTag = curl(["--fail", "--cacert", tls.ca, ...resolve, "-H", `Accept: ${ACCEPT}`, "--head", url.replace(image.digest, image.tag)]);
             expect(byTag.stdout.toLowerCase(), image.reference).toContain(`docker-content-digest: ${image.digest}`);
-            // The certificate is checked: without the CA, no connection.
-            expect(curl(["--fail", ...resolve, "--output", "/dev/null", url]).status, url).not.toBe(0);
+            // The certificate is checked: with the machine's own trust store only, no connection.
+            expect(curl(["--fail", "--cacert", path.join(dir, "system-ca.crt"), ...resolve, "--output", "/dev/null", url]).status, url).not.toBe(0);
         }
         // Guests only pull: the registry refuses uploads.
         const upload = curl(["--cacert", tls.ca, "--resolve", `registry-1.docker.io:443:${REGISTRY_ADDRESS}`, "-X", "POST", "--output", "/dev/null", "--write-out", "%{http_code}", "https://registry-1.docker.io/v2/library/debian/blobs/uploads/"]);
@@ -212,7 +215,11 @@ describe.runIf(canRun)("the twin's images and registry", () => {
         expect(psql.stdout.trim(), psql.stderr).toBe("42");
         const ping = exec("agent-sandbox-shell", `bash -c 'exec 3<>/dev/tcp/redis/6379 && printf "PING\\r\\n" >&3 && head -c 5 <&3'`);
         expect(ping.stdout, ping.stderr).toBe("+PONG");
-        expect(exec("agent-postgres", "ps -o user= -C postgres | sort -u").stdout.trim()).toBe("postgres");
+        // Started as root (cap_add for that), the servers run as their own users.
+        const owners = (container: string, comm: string) =>
+            exec(container, `for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = ${comm} ] && stat -c %U $p; done | sort -u`).stdout.trim();
+        expect(owners("agent-postgres", "postgres")).toBe("postgres");
+        expect(owners("agent-redis", "redis-server")).toBe("redis");
 
         // The browser: CDP on the published tailnet address, from a read-only root.
         let version = curl(["--fail", `http://${TAILNET}:9222/json/version`]);

@@ -25,9 +25,12 @@ export async function startDockerd(dir: string, extraSockets: string[] = [], net
     // daemons' bridges) never exhaust Docker's default pools.
     fs.writeFileSync(path.join(dir, "daemon.json"), `${JSON.stringify({ "default-address-pools": [{ base: "10.213.0.0/16", size: 24 }] })}\n`);
     const args = ["--data-root", path.join(dir, "data"), "--exec-root", path.join(dir, "exec"), "--pidfile", path.join(dir, "dockerd.pid"), ...hosts, "--iptables=false", "--ip6tables=false", "--bridge=none", "--config-file", path.join(dir, "daemon.json")];
-    // ip netns exec execs dockerd: the child's pid is the daemon's.
+    // In a namespace: its /etc/netns files bound over /etc as `ip netns exec` does, but the
+    // machine's /sys (and its cgroups) kept, which `ip netns exec` would hide. Every step
+    // execs the next: the child's pid is the daemon's.
+    const inNetns = 'for entry in "/etc/netns/$1"/*; do [ -e "$entry" ] && mount --bind "$entry" "/etc/${entry##*/}"; done; ns=$1; shift; exec nsenter --net="/run/netns/$ns" dockerd "$@"';
     const daemon: ChildProcess = netns
-        ? spawn("ip", ["netns", "exec", netns, "dockerd", ...args], { stdio: ["ignore", log, log], detached: false })
+        ? spawn("unshare", ["--mount", "--propagation", "private", "sh", "-c", inNetns, "sh", netns, ...args], { stdio: ["ignore", log, log], detached: false })
         : spawn("dockerd", args, { stdio: ["ignore", log, log], detached: false });
     const env = { ...process.env, DOCKER_HOST: `unix://${socket}`, DOCKER_BUILDKIT: "0" };
     const docker = (args: string[], input?: string) => run("docker", args, { env, input, timeout: 120_000 });
