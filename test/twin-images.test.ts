@@ -10,11 +10,13 @@ import { TEMPLATES_DIR } from "../components/render/templates";
 import { adguardDataDir, renderAdguardConfig, renderGatewayCompose, renderSandboxCompose, ResolvedImages } from "../components/workloads/compose";
 import { configuredImages } from "../components/workloads/images";
 import { REGISTRY_ADDRESS } from "../twin/contract";
-import { buildTwinImages, TwinImage, twinImageList, twinImages, twinRegistryNames } from "../twin/images";
+import { planStack } from "../cli/offline";
+import { COMPOSE_TEMPLATE_PATH } from "../components/render/hosts";
+import { buildTwinImages, TwinImage, twinImageAnswers, twinImageList, twinImages, twinRegistryNames } from "../twin/images";
 import { fillRegistry, RunningRegistry, startRegistry } from "../twin/registry";
 import { startDockerd, TestDocker } from "./helpers/dockerd";
 import { inNamespace } from "./helpers/netns";
-import { editedStack, renderHosts, stackFile } from "./helpers/stacks";
+import { deployedValues, editedStack, renderHosts, resourceNamed, SHIPPED_STACKS, stackFile } from "./helpers/stacks";
 import { installFiles, isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -316,8 +318,30 @@ describe.runIf(canRun)("the twin's images and registry", () => {
     });
 });
 
-// A stack whose images the twin cannot stand in for is refused with the key that names it.
 describe("the twin's image list", () => {
+    it("its pinned references are what the plan renders into both hosts' compose files", async () => {
+        for (const stack of SHIPPED_STACKS) {
+            // Digests as buildTwinImages returns them, without a build.
+            const cfg = readStackFile(stackFile(stack));
+            const pinned = Object.fromEntries(twinImageList(cfg).map((w, i) => [w.reference, w.pin(`sha256:${String(i).repeat(64)}`)]));
+            const answers = twinImageAnswers(pinned);
+            const plan = await planStack(stackFile(stack), stack, {
+                mode: "up",
+                deployed: (type, name) => (type === "docker:index/image:Image" ? answers.builtShell : deployedValues!(type, name)),
+                calls: answers.calls,
+            });
+            const composed: string[] = [];
+            for (const role of ["gateway", "sandbox"]) {
+                const userData = YAML.parse(String(resourceNamed(plan, "hcloud:index/server:Server", `${plan.config.prefix}-${role}-server`).inputs.userData));
+                const compose = YAML.parse(userData.write_files.find((f: { path: string }) => f.path === COMPOSE_TEMPLATE_PATH).content);
+                composed.push(...Object.values(compose.services).map((service) => (service as { image: string }).image));
+            }
+            // Every image a compose file runs is one the twin serves, and every one it builds is run.
+            expect(new Set(composed), stack).toEqual(new Set(Object.values(pinned)));
+        }
+    });
+
+    // A stack whose images the twin cannot stand in for is refused with the key that names it.
     it("names each stack image's stand-in and refuses images it has none for", () => {
         const prodList = twinImageList(readStackFile(stackFile("prod"))).map((w) => [w.reference, w.recipe]);
         expect(prodList).toEqual([

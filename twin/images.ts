@@ -155,6 +155,25 @@ export async function twinImages(cfg: StackConfig, log: Log, cacheDir = TWIN_CAC
     return images;
 }
 
+/**
+ * How a twin deploy fills the pinned references in, where a real deploy asks a
+ * registry: the plan's registry digest lookups (resolveDigests) answered with the
+ * twin's digests (PlanOptions.calls), and the built shell's repoDigest
+ * (PlanOptions.deployed for docker:index/image:Image). `pinned` is buildTwinImages'.
+ */
+export function twinImageAnswers(pinned: Record<string, string>) {
+    return {
+        calls(token: string, inputs: Record<string, unknown>): Record<string, unknown> | undefined {
+            if (token !== "docker:index/getRegistryImage:getRegistryImage") return undefined;
+            const name = String(inputs.name);
+            const digest = pinned[name]?.match(/@(sha256:[0-9a-f]{64})$/)?.[1];
+            if (!digest) throw new Error(`the twin built no image for ${name}`);
+            return { ...inputs, id: name, sha256Digest: digest };
+        },
+        builtShell: { repoDigest: pinned[BUILT_SANDBOX_SHELL_PLACEHOLDER] },
+    };
+}
+
 interface BuiltRecipe {
     layout: string;
     digest: string;
