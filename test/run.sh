@@ -32,6 +32,8 @@ readonly PACKAGES=(
 	debian-archive-keyring        # the mirror verifies what it downloads from Debian
 	wireguard-tools wireguard-go iputils-ping # the twin's Tailscale stand-in: wg, userspace WireGuard where the kernel has none, ping over tailscale0
 	qemu-system-x86 nftables     # the twin: its guests (TCG), the hcloud Firewall stand-in
+	buildah skopeo                # the twin's images: Dockerfiles built without a Docker engine, pushed by digest
+	docker-registry curl          # the twin's registry (distribution); its manifests fetched over TLS
 )
 
 if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
