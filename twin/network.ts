@@ -41,8 +41,11 @@ export function netnsExists(stack: string): boolean {
     return fs.existsSync(path.join("/run/netns", twinNetns(stack)));
 }
 
-/** Creates the namespace, bridge, host addresses and taps, and starts dnsmasq. */
-export function createNetwork(stack: string): void {
+/**
+ * Creates the namespace, bridge, host addresses and taps, and starts dnsmasq.
+ * `registryNames`: registries the stack's images come from, answered with the twin's registry.
+ */
+export function createNetwork(stack: string, registryNames: string[] = []): void {
     const ns = twinNetns(stack);
     const runDir = runDirOf(stack);
     fs.mkdirSync(runDir, { recursive: true });
@@ -57,7 +60,7 @@ export function createNetwork(stack: string): void {
         for (const role of Object.keys(GUESTS) as GuestRole[]) addTap(stack, role);
         // Bridged IPv4 between the guests passes the inet hooks (the firewall's conntrack).
         must("ip", ["netns", "exec", ns, "sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1"]);
-        startDnsmasq(stack);
+        startDnsmasq(stack, registryNames);
     } catch (err) {
         destroyNetwork(stack);
         throw err;
@@ -71,10 +74,11 @@ function addTap(stack: string, role: GuestRole): void {
     ip("link", "set", tapOf(role), "up");
 }
 
-export function dnsmasqConfig(runDir: string): string {
+export function dnsmasqConfig(runDir: string, registryNames: string[] = []): string {
+    const names = { ...Object.fromEntries(registryNames.map((name) => [name, REGISTRY_ADDRESS])), ...TWIN_NAMES };
     return fillTwinFile("network/dnsmasq.conf", {
         bridge: BRIDGE,
-        hostRecords: Object.entries(TWIN_NAMES)
+        hostRecords: Object.entries(names)
             .map(([name, address]) => `host-record=${name},${address}`)
             .join("\n"),
         subnetStart: HOST_ADDRESS.replace(/\.\d+$/, ".0"),
@@ -88,10 +92,10 @@ export function dnsmasqConfig(runDir: string): string {
     });
 }
 
-function startDnsmasq(stack: string): void {
+function startDnsmasq(stack: string, registryNames: string[]): void {
     const runDir = runDirOf(stack);
     const conf = path.join(runDir, "dnsmasq.conf");
-    fs.writeFileSync(conf, dnsmasqConfig(runDir));
+    fs.writeFileSync(conf, dnsmasqConfig(runDir, registryNames));
     startDaemon(stack, "dnsmasq", ["dnsmasq", `--conf-file=${conf}`]);
 }
 

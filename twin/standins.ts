@@ -1,13 +1,18 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import * as YAML from "yaml";
+import { readStackFile } from "../components/config/load";
+import { BUILT_SANDBOX_SHELL_PLACEHOLDER } from "../components/workloads/compose";
 import { planStack } from "../cli/offline";
 import { collectArtifacts } from "../cli/plan";
 import { BASE_ROOT_DEVICE, ensureBaseImage } from "./base-image";
-import { CONTROL_ADDRESS, GuestRole, TWIN_CACHE_DIR, twinNetns } from "./contract";
+import { issueLeaf } from "./ca";
+import { CONTROL_ADDRESS, GuestRole, REGISTRY_ADDRESS, TWIN_CACHE_DIR, twinNetns } from "./contract";
+import { twinImages, twinRegistryNames } from "./images";
 import type { BootFiles } from "./guests";
 import { ensureMirror, startMirror } from "./mirror";
 import { daemonRunning, runDirOf, stopDaemon, TwinError } from "./network";
+import { fillRegistry, startRegistry } from "./registry";
 import { addCoordinatorAuthKey, buildTailscaleDeb, newAuthKey, startCoordinator } from "./tailscale";
 
 /**
@@ -31,6 +36,11 @@ export interface StandInOptions {
     stack: string;
     stackFile: string;
     log: (line: string) => void;
+}
+
+/** Registry names the stack's images use beyond TWIN_NAMES (a built shell's registry): the twin's DNS answers them with its registry. */
+export function registryNames(stackFile: string): string[] {
+    return twinRegistryNames(readStackFile(stackFile));
 }
 
 export async function bootFiles(log: (line: string) => void): Promise<BootFiles> {
@@ -72,6 +82,16 @@ export async function startStandIns({ stack, stackFile, log }: StandInOptions): 
             pidFile: pidFileOf(stack, "coordinator"),
         });
     }
+    // The stack's images, built from Debian packages (cached), served by digest under the names the stack uses.
+    const images = await twinImages(plan.config, log);
+    if (!daemonRunning(stack, "registry")) {
+        const storageDir = path.join(runDir, "registry");
+        await fillRegistry({ storageDir, images, log, workDir: path.join(runDir, "registry-fill") });
+        const tls = issueLeaf({ dnsNames: twinRegistryNames(plan.config), ips: [REGISTRY_ADDRESS], outDir: path.join(runDir, "registry-tls"), name: "registry" });
+        const registry = await startRegistry({ netns: twinNetns(stack), address: REGISTRY_ADDRESS, port: 443, certFile: tls.cert, keyFile: tls.key, storageDir, logFile: path.join(runDir, "registry.log") });
+        fs.writeFileSync(pidFileOf(stack, "registry"), `${registry.pid}\n`);
+    }
+    const pinned = new Map(images.map((image) => [image.reference, image.pinned]));
     const tags: Record<GuestRole, string> = { gateway: plan.config.tailnet.gatewayTag, sandbox: plan.config.tailnet.sandboxTag };
     return {
         bootFiles: { kernel: base.kernel, initrd: base.initrd, disk: base.disk, rootDevice: BASE_ROOT_DEVICE },
@@ -81,11 +101,15 @@ export async function startStandIns({ stack, stackFile, log }: StandInOptions): 
             await addCoordinatorAuthKey(coordinatorSocket(stack), key);
             return key.key;
         },
-        // Interim, until the registry is integrated: no image pulls.
-        digestOf: () => `sha256:${"1".repeat(64)}`,
+        digestOf: (reference) => {
+            const digest = pinned.get(reference)?.match(/@(sha256:[0-9a-f]{64})$/)?.[1];
+            if (!digest) throw new TwinError(`the twin has no image for ${reference}`);
+            return digest;
+        },
+        ...(pinned.has(BUILT_SANDBOX_SHELL_PLACEHOLDER) ? { builtSandboxShell: pinned.get(BUILT_SANDBOX_SHELL_PLACEHOLDER)! } : {}),
     };
 }
 
 export function stopStandIns(stack: string): void {
-    for (const name of ["coordinator", "mirror"]) stopDaemon(stack, name);
+    for (const name of ["registry", "coordinator", "mirror"]) stopDaemon(stack, name);
 }

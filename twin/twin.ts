@@ -18,7 +18,7 @@ import { startBackupStandIn, stopBackupStandIn } from "./backup";
 import { publishMetadata, startMetadataService, stopMetadataService } from "./metadata";
 import { createNetwork, destroyNetwork, firewallOn, netnsExists, runDirOf, setFirewall, TwinError, writeFirewall } from "./network";
 import type { ExecOptions, ExecResult } from "./qga";
-import { bootFiles, startStandIns, StandIns, stopStandIns } from "./standins";
+import { bootFiles, registryNames, startStandIns, StandIns, stopStandIns } from "./standins";
 import { pinTailscaleKey, renderDeployment, TwinDeployment } from "./userdata";
 
 /**
@@ -196,7 +196,7 @@ export async function up({ stack, stackFile, log }: UpOptions): Promise<TwinStat
     const started = Date.now();
     fs.mkdirSync(runDirOf(stack), { recursive: true });
     try {
-        createNetwork(stack);
+        createNetwork(stack, registryNames(stackFile));
         startMetadataService(stack);
         startBackupStandIn(stack);
         const standIns = await startStandIns({ stack, stackFile, log });
