@@ -53,6 +53,8 @@ function build() {
             supported: { "dynamic-import": false },
             logLevel: "warning",
         });
+        // The twin's own files (recipes, configs, scripts it serves) sit beside its compiled modules, as beside the sources.
+        fs.cpSync(path.join(ROOT, "twin"), path.join(staging, "twin"), { recursive: true, filter: (source) => !source.endsWith(".ts") });
         fs.writeFileSync(path.join(staging, ".built"), `${new Date().toISOString()}\n`);
         fs.rmSync(path.join(ROOT, "dist"), { recursive: true, force: true });
         fs.renameSync(staging, path.join(ROOT, "dist"));
