@@ -1,6 +1,7 @@
 import { spawnSync } from "node:child_process";
 import * as crypto from "node:crypto";
 import * as fs from "node:fs";
+import * as os from "node:os";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
@@ -42,6 +43,7 @@ describe.runIf(canRun)("the twin", () => {
     let stackFile: string;
     let cfg: StackConfig;
     const timings: Record<string, number> = {};
+    const suiteStarted = Date.now();
 
     /** `airlock twin ...` as a user runs it. */
     function twin(args: string[], timeoutMs = 5 * MINUTE) {
@@ -81,6 +83,20 @@ describe.runIf(canRun)("the twin", () => {
 
     afterAll(() => {
         console.log(`twin timings (s): ${JSON.stringify(timings)}`);
+        if (process.env.AIRLOCK_TWIN_FIGURES === "1") {
+            // For BENCHMARKS.md: `npm run bench -- --only twin`.
+            const figures = {
+                measured: new Date().toISOString().slice(0, 10),
+                loadAverage: os.loadavg()[0],
+                ...(timings.up !== undefined ? { [process.env.AIRLOCK_TWIN_COLD === "1" ? "upColdSeconds" : "upCachedSeconds"]: timings.up } : {}),
+                ...(timings.replaceToReady !== undefined ? { replaceToReadySeconds: timings.replaceToReady } : {}),
+                ...(timings.firstAgentCommandAfterReplace !== undefined ? { firstAgentCommandAfterReplaceSeconds: timings.firstAgentCommandAfterReplace } : {}),
+                ...(timings.bootOrderConverged !== undefined ? { bootOrderConvergedSeconds: timings.bootOrderConverged } : {}),
+                suiteSeconds: (Date.now() - suiteStarted) / 1000,
+            };
+            fs.mkdirSync(path.join(ROOT, "out"), { recursive: true });
+            fs.writeFileSync(path.join(ROOT, "out", "twin-figures.json"), `${JSON.stringify(figures, null, 2)}\n`);
+        }
         if (process.env.AIRLOCK_TWIN_KEEP !== "1") twin(["down", "--stack", STACK]);
     });
 
