@@ -238,6 +238,8 @@ export interface TwinFigures {
     firstAgentCommandAfterReplaceSeconds?: number;
     bootOrderConvergedSeconds?: number;
     suiteSeconds?: number;
+    /** What the run did not show (a first boot that ended in error, a step not reached). */
+    note?: string;
 }
 
 function twinSection(twin: TwinFigures | undefined): string[] {
@@ -256,6 +258,7 @@ function twinSection(twin: TwinFigures | undefined): string[] {
         `| the first agent command after the replacement (\`twin agent\`, a new ssh connection) | ${s(twin.firstAgentCommandAfterReplaceSeconds)} |`,
         `| boot order: the gateway powered on again, until the sandbox's workloads run | ${s(twin.bootOrderConvergedSeconds)} |`,
         `| the whole twin suite (one pair, two replacements) | ${s(twin.suiteSeconds)} |`,
+        ...(twin.note ? ["", twin.note] : []),
     ];
 }
 
