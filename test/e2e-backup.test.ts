@@ -57,6 +57,24 @@ describe.runIf(canRun)("backup and restore drill with real restic and PostgreSQL
         rig.writeWorkspace(3);
     });
 
+    it("backs up a workspace on an ext4 volume: its lost+found (root's, 0700) is not the agent's to read", () => {
+        // Where the sandbox's tar runs (the agent's rootless container), host root's files are nobody's.
+        const ext4 = rig.newRepository();
+        rig.writeWorkspace(2);
+        fs.mkdirSync(path.join(rig.workspace, "lost+found"), { mode: 0o700 });
+        // Only the volume's own: a folder of that name deeper down is the agent's work.
+        fs.mkdirSync(path.join(rig.workspace, "src", "lost+found"), { mode: 0o755 });
+        fs.writeFileSync(path.join(rig.workspace, "src", "lost+found", "kept.txt"), "kept\n", { mode: 0o644 });
+        const asTheContainer = { AIRLOCK_SANDBOX_EXEC: `runuser -u nobody -- ${rig.sandboxExec}` };
+        const backup = rig.script("airlock-backup", ["sandbox"], ext4, asTheContainer);
+        expect(backup.status, backup.stderr).toBe(0);
+        const listed = rig.restic(ext4, ["dump", "latest", "workspace.tar"]);
+        expect(listed.stdout).toContain("src/file1.py");
+        expect(listed.stdout).toContain("./src/lost+found/kept.txt");
+        expect(listed.stdout).not.toMatch(/\.\/lost\+found/);
+        rig.writeWorkspace(3);
+    });
+
     it("fails loudly against an empty repository", () => {
         const empty = rig.newRepository();
         const drill = rig.script("airlock-restore-drill", [], empty);

@@ -2,11 +2,9 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import * as YAML from "yaml";
-import { readStackFile } from "../components/config/load";
 import { RenderedHost, SANDBOX_WRAPPER_PATH } from "../components/render/hosts";
-import { bootRootfs, BootedHost, debianRootfs, extractRootfs } from "./helpers/nspawn";
-import { editedStack, renderHosts } from "./helpers/stacks";
-import { installFiles, isRoot, run, toolsAvailable } from "./helpers/tools";
+import { bootRootfs, BootedHost, sandboxRootfs } from "./helpers/nspawn";
+import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
  * The sandbox's rendered units booted under a real systemd (systemd-nspawn), in a
@@ -99,15 +97,12 @@ describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
     };
 
     beforeAll(async () => {
-        const tarball = debianRootfs();
-        dir = fs.mkdtempSync("/var/tmp/airlock-boot-");
-        const cfg = readStackFile(editedStack("dev", () => undefined));
+        const prepared = sandboxRootfs("boot");
+        const { root, cfg } = prepared;
+        ({ dir, sandbox } = prepared);
         agentUid = cfg.agent.uid;
         agent = cfg.agent.user;
         gatewayHost = cfg.hostnames.gateway;
-        sandbox = renderHosts(cfg).sandbox;
-        const root = path.join(dir, "root");
-        extractRootfs(tarball, root);
 
         // The network: the tailnet interface with the sandbox's address, and a "public"
         // interface with a default route. Both lead into a namespace that drops whatever
@@ -133,11 +128,7 @@ describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
             if (r.status !== 0) throw new Error(`ip ${args.join(" ")}: ${r.stderr}`);
         }
 
-        // What cloud-init does before runcmd: the user, and write_files.
-        installFiles(sandbox, root);
         const doc = YAML.parse(sandbox.cloudInit);
-        const user = doc.users.find((u: { name: string }) => u.name === cfg.agent.user);
-        expect(run("chroot", [root, "useradd", "--uid", String(user.uid), "--create-home", "--shell", user.shell, cfg.agent.user]).status).toBe(0);
 
         // Stand-ins.
         const put = (file: string, content: string, mode = 0o755) => {

@@ -1,13 +1,11 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { readStackFile } from "../components/config/load";
-import { RenderedHost, SANDBOX_WRAPPER_PATH } from "../components/render/hosts";
+import { SANDBOX_WRAPPER_PATH } from "../components/render/hosts";
 import { attachLoop, LoopDevice, unmountUnder } from "./helpers/btrfs";
 import { SANDBOX_INTERFACES } from "./helpers/egress";
-import { bootRootfs, BootedHost, debianRootfs, extractRootfs } from "./helpers/nspawn";
-import { editedStack, renderHosts } from "./helpers/stacks";
-import { installFiles, isRoot, run, toolsAvailable } from "./helpers/tools";
+import { bootRootfs, BootedHost, sandboxRootfs } from "./helpers/nspawn";
+import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
  * The checkpoint engine under the broker unit systemd really runs it with
@@ -49,7 +47,6 @@ describe.runIf(canRun)("checkpoints under the broker's systemd unit (nspawn)", (
     let dir: string;
     let host: BootedHost | undefined;
     let loop: LoopDevice | undefined;
-    let sandbox: RenderedHost;
     let agent: string;
     let agentUid: number;
     const netns = `al-ckunit-${process.pid % 10000}`;
@@ -57,22 +54,17 @@ describe.runIf(canRun)("checkpoints under the broker's systemd unit (nspawn)", (
     const wrapper = (command: string) => host!.exec(["runuser", "-u", agent, "--", "env", `SSH_ORIGINAL_COMMAND=${command}`, "SSH_CONNECTION=100.100.7.2 40000 100.100.7.1 22", SANDBOX_WRAPPER_PATH], { timeout: 120_000 });
 
     beforeAll(async () => {
-        const tarball = debianRootfs();
-        dir = fs.mkdtempSync("/var/tmp/airlock-ckunit-");
-        const cfg = readStackFile(editedStack("dev", () => undefined));
+        const prepared = sandboxRootfs("ckunit");
+        const { root, cfg } = prepared;
+        dir = prepared.dir;
         agent = cfg.agent.user;
         agentUid = cfg.agent.uid;
-        sandbox = renderHosts(cfg).sandbox;
-        const root = path.join(dir, "root");
-        extractRootfs(tarball, root);
         run("ip", ["netns", "del", netns]);
         expect(run("ip", ["netns", "add", netns]).status).toBe(0);
         // Somewhere for packets to go, so the egress rules (not a missing route) decide.
         const interfaces = run("ip", ["netns", "exec", netns, "bash", "-c", SANDBOX_INTERFACES]);
         expect(interfaces.status, interfaces.stderr).toBe(0);
 
-        installFiles(sandbox, root);
-        expect(run("chroot", [root, "useradd", "--uid", String(agentUid), "--create-home", "--shell", "/bin/sh", agent]).status).toBe(0);
         fs.writeFileSync(path.join(root, "usr/bin/docker-compose"), COMPOSE_STUB, { mode: 0o755 });
         fs.writeFileSync(path.join(root, "usr/local/bin/fake-docker-api"), FAKE_DOCKER_API, { mode: 0o644 });
         // docker, for the wrapper's `docker inspect` (the record's image) and `docker exec`.

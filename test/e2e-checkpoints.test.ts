@@ -493,12 +493,7 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
         it("below the free-space floor the oldest checkpoints go first, until the floor holds", () => {
             // Space taken past the agent's cap (by root here): what the floor is for.
             expect(run("btrfs", ["qgroup", "limit", "-e", "none", link]).status).toBe(0);
-            const big = path.join(link, "big.bin");
-            const fd = fs.openSync(big, "w");
-            const chunk = crypto.randomBytes(16 * 1024 ** 2);
-            for (let i = 0; i < 40; i++) fs.writeSync(fd, chunk);
-            fs.closeSync(fd);
-            run("sync", []);
+            const big = fillFile(path.join(link, "big.bin"), 40);
             expect(ckpt("create", "shared", "--label-b64", b64("holds 640 MiB")).status).toBe(0);
             fs.rmSync(big);
             expect(ckpt("create", "shared", "--label-b64", b64("small")).status).toBe(0);
@@ -522,12 +517,7 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
         it("when nothing is left to remove below the floor, the timer fails loudly", () => {
             writeConfig({ minFreePercent: 50 });
             expect(run("btrfs", ["qgroup", "limit", "-e", "none", link]).status).toBe(0);
-            const filler = path.join(link, "filler.bin");
-            const fd = fs.openSync(filler, "w");
-            const chunk = crypto.randomBytes(16 * 1024 ** 2);
-            for (let i = 0; i < 70; i++) fs.writeSync(fd, chunk);
-            fs.closeSync(fd);
-            run("sync", []);
+            const filler = fillFile(path.join(link, "filler.bin"), 70);
             const result = ckpt("maintain");
             expect(result.status).toBe(1);
             expect(result.stderr).toMatch(/airlock: the volume is \d+% full and no checkpoint is left to remove/);
@@ -622,3 +612,13 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
         });
     });
 });
+
+/** Writes `chunks` x 16 MiB of incompressible data to `file` and syncs; returns the file. */
+function fillFile(file: string, chunks: number): string {
+    const fd = fs.openSync(file, "w");
+    const chunk = crypto.randomBytes(16 * 1024 ** 2);
+    for (let i = 0; i < chunks; i++) fs.writeSync(fd, chunk);
+    fs.closeSync(fd);
+    run("sync", []);
+    return file;
+}

@@ -8,7 +8,7 @@ import * as YAML from "yaml";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
 import { editedStack, REPO, tempDir, renderHosts, renderedFile } from "./helpers/stacks";
 import { TestBroker } from "./helpers/broker";
-import { enforceEgress, installSandboxSshd, newHostKey, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
+import { agentSshArgs, enforceEgress, installSandboxSshd, newHostKey, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -156,13 +156,7 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
             [
                 "ssh",
                 ...options,
-                "-F", gatewayConfig,
-                "-o", `HostName=${address}`,
-                "-o", `User=${AGENT}`,
-                "-o", `IdentityFile=${clientKey}`,
-                "-o", `UserKnownHostsFile=${clientDir}/known_hosts`,
-                "-o", `ControlPath=${clientDir}/cm-%C`,
-                "-o", "ConnectTimeout=5",
+                ...agentSshArgs({ config: gatewayConfig, address: address, user: AGENT, key: clientKey, dir: clientDir }),
                 "sandbox",
                 ...command,
             ],

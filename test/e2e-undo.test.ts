@@ -11,7 +11,7 @@ import { checkpointClient, recordEntries, TestBroker } from "./helpers/broker";
 import { CheckpointRig, startCheckpointRig } from "./helpers/checkpointRig";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
 import { editedStack, readmeSample, renderHosts, renderedFile, tempDir } from "./helpers/stacks";
-import { enforceEgress, installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
+import { agentSshArgs, enforceEgress, installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -56,13 +56,7 @@ describe.runIf(canRun)("the undo button through ssh", () => {
             [
                 "ssh",
                 ...options,
-                "-F", gatewayConfig,
-                "-o", `HostName=${net.serverTailnet}`,
-                "-o", `User=${AGENT}`,
-                "-o", `IdentityFile=${clientKey}`,
-                "-o", `UserKnownHostsFile=${clientDir}/known_hosts`,
-                "-o", `ControlPath=${clientDir}/cm-%C`,
-                "-o", "ConnectTimeout=5",
+                ...agentSshArgs({ config: gatewayConfig, address: net.serverTailnet, user: AGENT, key: clientKey, dir: clientDir }),
                 "sandbox",
                 command,
             ],

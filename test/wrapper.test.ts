@@ -2,10 +2,9 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
-import { SANDBOX_WRAPPER_PATH } from "../components/render/hosts";
-import { installBrokerFiles, recordEntries, startBroker, TestBroker } from "./helpers/broker";
+import { installWrapperFiles, recordEntries, startBroker, TestBroker } from "./helpers/broker";
 import { egressRulesFor, inEgressNamespace } from "./helpers/egress";
-import { editedStack, REPO, tempDir, renderHosts, renderedFile } from "./helpers/stacks";
+import { editedStack, REPO, tempDir, renderHosts } from "./helpers/stacks";
 import { run, toolsAvailable } from "./helpers/tools";
 
 /** The ForceCommand wrapper on its own: what reaches the container, and what does not. */
@@ -25,9 +24,7 @@ async function installWrapper(allowlist: string[], { withBroker = true, egress =
     const cfg = readStackFile(editedStack("dev", (c) => (c["airlock:agent"].envAllowlist = allowlist)));
     const dir = tempDir("wrapper");
     const sandbox = renderHosts(cfg).sandbox;
-    const files = installBrokerFiles(sandbox, dir);
-    const wrapper = path.join(dir, SANDBOX_WRAPPER_PATH);
-    fs.writeFileSync(wrapper, renderedFile(sandbox, SANDBOX_WRAPPER_PATH), { mode: 0o755 });
+    const { wrapper, ...files } = installWrapperFiles(sandbox, dir);
     const rules = path.join(dir, "egress.nft");
     // The namespace's uid 0 stands in for the agent.
     fs.writeFileSync(rules, egressRulesFor(sandbox, cfg.agent.uid, 0));

@@ -10,13 +10,11 @@ import * as crypto from "node:crypto";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { readStackFile } from "../../components/config/load";
-import { CHECKPOINT_CLIENT_PATH } from "../../components/render/checkpoints";
-import { SANDBOX_WRAPPER_PATH } from "../../components/render/hosts";
-import { checkpointClient, installBrokerFiles, startBroker } from "../../test/helpers/broker";
+import { installWrapperFiles, startBroker } from "../../test/helpers/broker";
 import { startCheckpointRig } from "../../test/helpers/checkpointRig";
 import { createTestNet } from "../../test/helpers/netns";
 import { enforceEgress } from "../../test/helpers/sshdRig";
-import { editedStack, renderHosts, renderedFile } from "../../test/helpers/stacks";
+import { editedStack, renderHosts } from "../../test/helpers/stacks";
 import { hasCommand, isRoot, run } from "../../test/helpers/tools";
 import { series, Series } from "./command";
 
@@ -34,6 +32,8 @@ export interface CheckpointCost {
     sizes: WorkspaceSize[];
     /** One command (`true`) through the wrapper as the agent, no ssh. */
     commands: { plain: Series; plainNoAuto: Series; sessionWarm: Series; sessionCold: Series };
+    /** When, and under what load, when measured on its own (`--only checkpoints`). */
+    measured?: { date: string; loadAverage: number };
 }
 
 const USER = "airlock-bench-ck";
@@ -144,12 +144,10 @@ export async function checkpointCost(log: (line: string) => void): Promise<Check
             cleanup.push(() => fs.rmSync(dir, { recursive: true, force: true }));
             fs.chmodSync(dir, 0o755);
             const sandbox = renderHosts(stack).sandbox;
-            const files = installBrokerFiles(sandbox, dir);
-            fs.writeFileSync(path.join(dir, SANDBOX_WRAPPER_PATH), renderedFile(sandbox, SANDBOX_WRAPPER_PATH), { mode: 0o755 });
-            fs.writeFileSync(path.join(dir, CHECKPOINT_CLIENT_PATH), checkpointClient(sandbox, dir), { mode: 0o644 });
+            const { wrapper, ...files } = installWrapperFiles(sandbox, dir);
             const broker = await startBroker(files.broker, files.socket, files.stateDir, USER, { AIRLOCK_CHECKPOINT_ENGINE: rig.engine, AIRLOCK_CHECKPOINTS_CONFIG: rig.configPath });
             cleanup.push(() => broker.stop());
-            wrappers[name] = path.join(dir, SANDBOX_WRAPPER_PATH);
+            wrappers[name] = wrapper;
         }
         const wrapper = (which: string, env: Record<string, string> = {}) =>
             run("ip", ["netns", "exec", net.server, "runuser", "-u", USER, "--", "env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "SSH_ORIGINAL_COMMAND=true", "SSH_CONNECTION=100.100.7.2 40000 100.100.7.1 22", ...Object.entries(env).map(([k, v]) => `${k}=${v}`), wrappers[which]], { timeout: 120_000 });

@@ -212,7 +212,9 @@ export function renderSandbox(cfg: StackConfig, images: ResolvedImages): Rendere
         config("/etc/systemd/system/airlock-egress-watch.service", "systemd/airlock-egress-watch.service"),
         config("/etc/systemd/system/airlock-egress-watch.timer", "systemd/airlock-egress-watch.timer"),
         { path: "/etc/airlock/egress-resolver.nft.in", content: renderTemplate("nftables/egress-resolver.nft", {}), permissions: "0600" },
-        { path: "/etc/airlock/docker-daemon.json.in", content: '{ "dns": ["@RESOLVER_IPV4@"] }\n', permissions: "0644" },
+        // Its containers resolve through the gateway; its trust key lives in the one directory the agent owns
+        // (Docker 20.10 writes it next to daemon.json by default, and that directory is root's: no daemon).
+        config("/etc/airlock/docker-daemon.json.in", "docker/sandbox-daemon.json", { agentUser: user }),
         script("/usr/local/sbin/airlock-egress-refresh", "scripts/egress-refresh", { allowlist: cfg.dns.allowlist.map((d) => `"${d}"`).join(" ") }),
         config("/etc/systemd/system/airlock-egress-refresh.service", "systemd/airlock-egress-refresh.service"),
         config("/etc/systemd/system/airlock-egress-refresh.timer", "systemd/airlock-egress-refresh.timer"),

@@ -2,7 +2,7 @@ import { ChildProcess, spawn } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { CHECKPOINT_CLIENT_PATH, DESTRUCTIVE_RULES_PATH } from "../../components/render/checkpoints";
-import { BROKER_CLIENT_PATH, BROKER_PATH, BROKER_SOCKET_PATH, RenderedHost } from "../../components/render/hosts";
+import { BROKER_CLIENT_PATH, BROKER_PATH, BROKER_SOCKET_PATH, RenderedHost, SANDBOX_WRAPPER_PATH } from "../../components/render/hosts";
 import { renderedFile } from "./stacks";
 import { isRoot, run } from "./tools";
 
@@ -49,6 +49,15 @@ export function installBrokerFiles(sandbox: RenderedHost, dir: string): { broker
     fs.mkdirSync(path.dirname(path.join(dir, DESTRUCTIVE_RULES_PATH)), { recursive: true });
     fs.writeFileSync(path.join(dir, DESTRUCTIVE_RULES_PATH), renderedFile(sandbox, DESTRUCTIVE_RULES_PATH));
     return { broker, socket, stateDir: path.join(dir, "var/lib/airlock/record") };
+}
+
+/** The rendered wrapper and its broker files, at their host paths under `dir`. */
+export function installWrapperFiles(sandbox: RenderedHost, dir: string): ReturnType<typeof installBrokerFiles> & { wrapper: string } {
+    const files = installBrokerFiles(sandbox, dir);
+    const wrapper = path.join(dir, SANDBOX_WRAPPER_PATH);
+    fs.mkdirSync(path.dirname(wrapper), { recursive: true });
+    fs.writeFileSync(wrapper, renderedFile(sandbox, SANDBOX_WRAPPER_PATH), { mode: 0o755 });
+    return { ...files, wrapper };
 }
 
 /** Starts the broker for connections to `socket`; `group` may connect (root tests: the agent's group). */

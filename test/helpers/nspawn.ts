@@ -2,7 +2,12 @@ import { ChildProcess, spawn } from "node:child_process";
 import * as crypto from "node:crypto";
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { run } from "./tools";
+import * as YAML from "yaml";
+import { readStackFile } from "../../components/config/load";
+import type { StackConfig } from "../../components/config/schema";
+import type { RenderedHost } from "../../components/render/hosts";
+import { editedStack, renderHosts } from "./stacks";
+import { installFiles, run } from "./tools";
 
 /**
  * A Debian 12 root filesystem booted with its own systemd under systemd-nspawn:
@@ -52,6 +57,25 @@ export function extractRootfs(tarball: string, root: string): void {
     fs.mkdirSync(root, { recursive: true });
     const extracted = run("tar", ["-C", root, "-xf", tarball], { timeout: 120_000 });
     if (extracted.status !== 0) throw new Error(`tar: ${extracted.stderr}`);
+}
+
+/**
+ * A fresh copy of the cached rootfs in a new directory under /var/tmp, with what
+ * cloud-init does before runcmd for the dev stack's sandbox: its write_files
+ * installed and its agent user added as the rendered users entry says.
+ */
+export function sandboxRootfs(label: string): { dir: string; root: string; cfg: StackConfig; sandbox: RenderedHost } {
+    const tarball = debianRootfs();
+    const dir = fs.mkdtempSync(`/var/tmp/airlock-${label}-`);
+    const cfg = readStackFile(editedStack("dev", () => undefined));
+    const sandbox = renderHosts(cfg).sandbox;
+    const root = path.join(dir, "root");
+    extractRootfs(tarball, root);
+    installFiles(sandbox, root);
+    const user = YAML.parse(sandbox.cloudInit).users.find((u: { name: string }) => u.name === cfg.agent.user);
+    const added = run("chroot", [root, "useradd", "--uid", String(user.uid), "--create-home", "--shell", user.shell, cfg.agent.user]);
+    if (added.status !== 0) throw new Error(`useradd in the rootfs: ${added.stderr}`);
+    return { dir, root, cfg, sandbox };
 }
 
 /**
@@ -108,7 +132,8 @@ export async function bootRootfs(root: string, netns: string, binds: string[] = 
             }),
     };
     // Boot is over when the manager says so, whatever the outcome (a failed unit is the tests' to judge).
-    for (let i = 0; i < 240; i++) {
+    // Three minutes: seconds on a quiet machine, but a full suite beside QEMU guests once took more than one.
+    for (let i = 0; i < 720; i++) {
         if (/^(running|degraded|maintenance)$/.test(exec(["systemctl", "is-system-running"], { timeout: 10_000 }).stdout.trim())) return host;
         await new Promise((r) => setTimeout(r, 250));
     }

@@ -60,3 +60,11 @@ export function enforceEgress(netns: string, sandbox: RenderedHost, uid: number,
     }
     fs.rmSync(path.dirname(rules), { recursive: true, force: true });
 }
+
+/**
+ * The gateway's side of an agent's ssh: its rendered config, then the test's address,
+ * user, key, known hosts and control path (ssh keeps the first value of an option).
+ */
+export function agentSshArgs(o: { config: string; address: string; user: string; key: string; dir: string }): string[] {
+    return ["-F", o.config, "-o", `HostName=${o.address}`, "-o", `User=${o.user}`, "-o", `IdentityFile=${o.key}`, "-o", `UserKnownHostsFile=${o.dir}/known_hosts`, "-o", `ControlPath=${o.dir}/cm-%C`, "-o", "ConnectTimeout=5"];
+}
