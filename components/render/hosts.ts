@@ -325,18 +325,17 @@ export const ROOTLESS_PUBLISH_LIST = "/etc/airlock/rootless-publish.conf";
 export const ROOTLESS_PUBLISH_DIR = "/usr/local/libexec/airlock/rootless";
 
 /**
- * Every port a compose file publishes, as "PROTO ADDRESS PORT" lines (ranges one port
- * a line), for airlock-rootless-publish: without the userland proxy a port not listed
- * would be published nowhere. Only loopback and the tailnet address are publishable.
+ * Every port a compose file publishes, as "PROTO ADDRESS PORT" lines, for
+ * airlock-rootless-publish: without the userland proxy a port not listed would be
+ * published nowhere. Only loopback and the tailnet address are publishable.
  */
 export function publishedPorts(compose: string): string[] {
     const services: Record<string, { ports?: unknown[] }> = YAML.parse(compose).services ?? {};
     return Object.entries(services).flatMap(([name, service]) =>
-        (service.ports ?? []).flatMap((port) => {
-            const m = /^(127\.0\.0\.1|@TAILNET_IPV4@):(\d+)(?:-(\d+))?:\d+(?:-\d+)?(?:\/(tcp|udp))?$/.exec(String(port));
+        (service.ports ?? []).map((port) => {
+            const m = /^(127\.0\.0\.1|@TAILNET_IPV4@):(\d+):\d+(?:\/(tcp|udp))?$/.exec(String(port));
             if (!m) throw new Error(`${name}: port "${String(port)}" is not ADDRESS:PORT:TARGET on 127.0.0.1 or the tailnet address`);
-            const [first, last] = [Number(m[2]), Number(m[3] ?? m[2])];
-            return Array.from({ length: last - first + 1 }, (_, i) => `${m[4] ?? "tcp"} ${m[1]} ${first + i}`);
+            return `${m[3] ?? "tcp"} ${m[1]} ${m[2]}`;
         }),
     );
 }
