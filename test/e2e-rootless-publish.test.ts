@@ -19,7 +19,8 @@ import { isRoot, run, toolsAvailable } from "./helpers/tools";
  * publishes UDP and TCP as the rendered compose publishes AdGuard Home and answers
  * each client with the peer address it sees; the client, in its own namespace,
  * sends to port 53 as the sandbox does. Then the daemon restarts, restoring the
- * container itself, and the client asks again.
+ * container itself, and the client asks again. The runtime's port, published on
+ * loopback, answers on the gateway's loopback and not on its tailnet address.
  *
  * Seen first (before airlock-rootless-publish): the container saw 172.17.0.1, the
  * docker bridge's gateway, for both TCP and UDP: docker-proxy inside rootlesskit's
@@ -32,6 +33,7 @@ if (!isRoot()) console.warn("SKIPPED rootless port publishing: needs root for a 
 
 const GATEWAY = "100.100.9.1";
 const CLIENT = "100.100.9.2";
+const RUNTIME_PORT = 18080;
 
 interface RootlessDaemon {
     process: ChildProcess;
@@ -116,8 +118,13 @@ exec setpriv --reuid=${uid} --regid=${uid} --init-groups env -i HOME=/home/${use
     }
 
     beforeAll(async () => {
-        // The dev stack, its agent being the throwaway user (paths in the rendered files name it).
-        gateway = renderHosts(readStackFile(editedStack("dev", (config) => (config["airlock:agent"].user = user)))).gateway;
+        // The dev stack, its agent being the throwaway user (paths in the rendered files name it),
+        // with the runtime's port on loopback, which the daemon must publish too.
+        const stack = editedStack("dev", (config) => {
+            config["airlock:agent"].user = user;
+            config["airlock:gateway"].agent.port = RUNTIME_PORT;
+        });
+        gateway = renderHosts(readStackFile(stack)).gateway;
         fs.chmodSync(dir, 0o755);
         run("userdel", ["-r", user]);
         const added = run("useradd", ["--create-home", "--shell", "/usr/sbin/nologin", user]);
@@ -187,6 +194,16 @@ exec setpriv --reuid=${uid} --regid=${uid} --init-groups env -i HOME=/home/${use
             `socat UDP4-RECVFROM:53,fork ${reply("udp")} & exec socat TCP4-LISTEN:53,fork,reuseaddr ${reply("tcp")}`,
         ]);
         expect(started.status, started.stderr).toBe(0);
+
+        // The runtime's port, published as the rendered compose file publishes it: on the gateway's loopback only.
+        const runtime = docker.docker([
+            "run", "--detach", "--name", "runtime", "--restart", compose.services.agent.restart,
+            ...compose.services.agent.ports.flatMap((p: string) => ["--publish", p]),
+            "airlock-peer:test", "socat", `TCP4-LISTEN:${RUNTIME_PORT},fork,reuseaddr`, reply("tcp"),
+        ]);
+        expect(runtime.status, runtime.stderr).toBe(0);
+        expect(inNs(gw, ["socat", "-t", "5", "-T", "5", "-", `TCP4:127.0.0.1:${RUNTIME_PORT}`], "").stdout).toMatch(/^tcp /);
+        expect(inNs(cl, ["socat", "-t", "2", "-T", "2", "-", `TCP4:${GATEWAY}:${RUNTIME_PORT}`], "").stdout).toBe("");
 
         const seen = askFromSandbox(53);
         console.log(`rootless publish: the container saw ${JSON.stringify(seen)} for a client at ${CLIENT}`);
