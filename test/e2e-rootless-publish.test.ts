@@ -219,4 +219,20 @@ exec setpriv --reuid=${uid} --regid=${uid} --init-groups env -i HOME=/home/${use
         console.log(`rootless publish: after a daemon restart the container saw ${JSON.stringify(after)}`);
         expect(after).toEqual({ tcp: `tcp ${CLIENT}`, udp: `udp ${CLIENT}` });
     }, 240_000);
+
+    it("another local user holding the runtime's port costs that port alone: the daemon and AdGuard Home still start (red team 3)", async () => {
+        await stopDaemon();
+        const squatter = spawn("ip", ["netns", "exec", gw, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "socat", `TCP4-LISTEN:${RUNTIME_PORT},bind=127.0.0.1,fork,reuseaddr`, "SYSTEM:'echo squatter'"], { stdio: "ignore" });
+        try {
+            for (let i = 0; i < 50 && !inNs(gw, ["ss", "-Htln", `sport = :${RUNTIME_PORT}`]).stdout.trim(); i++) await new Promise((resolve) => setTimeout(resolve, 100));
+            daemon = await startDaemon();
+            for (let i = 0; i < 100 && docker.docker(["inspect", "--format", "{{.State.Running}}", "resolver"]).stdout.trim() !== "true"; i++) {
+                await new Promise((resolve) => setTimeout(resolve, 200));
+            }
+            expect(askFromSandbox(53)).toEqual({ tcp: `tcp ${CLIENT}`, udp: `udp ${CLIENT}` });
+            expect(fs.readFileSync(daemon.log, "utf8")).toContain(`airlock-rootless-publish: 127.0.0.1:${RUNTIME_PORT}/tcp not published`);
+        } finally {
+            squatter.kill();
+        }
+    }, 240_000);
 });
