@@ -72,6 +72,13 @@ describe.runIf(canRun)("backup and restore drill with real restic and PostgreSQL
         expect(listed.stdout).toContain("src/file1.py");
         expect(listed.stdout).toContain("./src/lost+found/kept.txt");
         expect(listed.stdout).not.toMatch(/\.\/lost\+found/);
+        // One the agent made in its place (red team 3) is the agent's work, and is backed up.
+        fs.rmdirSync(path.join(rig.workspace, "lost+found"));
+        fs.mkdirSync(path.join(rig.workspace, "lost+found"), { mode: 0o755 });
+        fs.writeFileSync(path.join(rig.workspace, "lost+found", "stash.txt"), "stash\n", { mode: 0o644 });
+        run("chown", ["-R", "nobody", path.join(rig.workspace, "lost+found")]);
+        expect(rig.script("airlock-backup", ["sandbox"], ext4, asTheContainer).status).toBe(0);
+        expect(rig.restic(ext4, ["dump", "latest", "workspace.tar"]).stdout).toContain("./lost+found/stash.txt");
         rig.writeWorkspace(3);
     });
 

@@ -86,6 +86,10 @@ describe.runIf(canBuild)("the twin's base image, built with mmdebstrap", () => {
         expect(cat("/lib/udev/rules.d/60-qemu-guest-agent.rules")).toContain("org.qemu.guest_agent.0");
         expect(ls("/etc/ssh").filter((name) => name.startsWith("ssh_host_"))).toEqual([]);
         expect(cat("/etc/machine-id")).toBe("");
+        // Without localhost in /etc/hosts PostgreSQL cannot listen and its unit fails (nsswitch: files dns).
+        expect(cat("/etc/hosts")).toMatch(/^127\.0\.0\.1\s+localhost$/m);
+        // The build host's resolver must not leak into the guests: DHCP writes theirs.
+        expect(run("debugfs", ["-R", "stat /etc/resolv.conf", partition()]).stderr).toMatch(/File not found/);
         // cloud-init sets LANG=en_US.UTF-8; update-locale fails unless it was generated.
         expect(cat("/etc/locale.gen")).toMatch(/^en_US\.UTF-8 UTF-8$/m);
         expect(ls("/usr/lib/locale")).toContain("locale-archive");

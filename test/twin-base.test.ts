@@ -93,6 +93,17 @@ describe.runIf(canUseTools)("the base image's cache key", () => {
     });
 });
 
+describe.runIf(toolsAvailable("twin scripts", ["shellcheck", "pyflakes3"]))("the twin's own scripts", () => {
+    it("the image's customize hook passes shellcheck, the mirror's server pyflakes", () => {
+        const hook = run("shellcheck", [path.join(__dirname, "..", "twin", "base-image", "customize")]);
+        expect(hook.stdout + hook.stderr).toBe("");
+        expect(hook.status).toBe(0);
+        const server = run("pyflakes3", [path.join(__dirname, "..", "twin", "mirror", "serve.py")]);
+        expect(server.stdout + server.stderr).toBe("");
+        expect(server.status).toBe(0);
+    });
+});
+
 describe("the mirror's package list", () => {
     it("is what both hosts' rendered cloud-init installs, for dev and prod", async () => {
         const packages = await userDataPackages(["dev", "prod"]);

@@ -173,6 +173,27 @@ describe("AdGuard Home", () => {
         const { services } = composeOf(renderHosts(readStackFile(stackFile("dev"))).gateway);
         expect(services.adguard.ports).toEqual(["@TAILNET_IPV4@:10053:53/udp", "@TAILNET_IPV4@:10053:53/tcp"]);
     });
+
+    it("the gateway's rootless Docker runs without the userland proxy and publishes exactly its compose file's ports itself; the sandbox's keeps the proxy", () => {
+        const hosts = hostsOf((c) => (c["airlock:gateway"].agent.port = 8080));
+        const listed = fileOf(hosts.gateway, "/etc/airlock/rootless-publish.conf.in").split("\n").filter((line) => line !== "" && !line.startsWith("#"));
+        const { services } = composeOf(hosts.gateway);
+        expect(services.agent.ports).toEqual(["127.0.0.1:8080:8080"]);
+        expect(listed).toEqual(["udp @TAILNET_IPV4@ 10053", "tcp @TAILNET_IPV4@ 10053", "tcp 127.0.0.1 8080"]);
+        // Filled at boot, before the workloads (and so the daemon) start.
+        expect(fileOf(hosts.gateway, "/etc/systemd/system/airlock-tailnet-config.service")).toContain("/etc/airlock/rootless-publish.conf.in /etc/airlock/rootless-publish.conf\n");
+        expect(JSON.parse(fileOf(hosts.gateway, "/etc/airlock/docker-daemon.json"))["userland-proxy"]).toBe(false);
+        const gatewayUnit = fileOf(hosts.gateway, "/etc/systemd/user/docker.service");
+        expect(gatewayUnit).toMatch(/^Environment=PATH=\/usr\/local\/libexec\/airlock\/rootless:\/usr\/share\/docker.io\/contrib:/m);
+        expect(gatewayUnit).toContain("dockerd-rootless.sh --config-file=/etc/airlock/docker-daemon.json --log-driver");
+        expect(fileOf(hosts.gateway, "/usr/local/libexec/airlock/rootless/dockerd")).toMatch(/^exec "\$DOCKERD" "\$@"$/m);
+
+        expect(hosts.sandbox.files.map((f) => f.path)).not.toContain("/etc/airlock/rootless-publish.conf.in");
+        const sandboxUnit = fileOf(hosts.sandbox, "/etc/systemd/user/docker.service");
+        expect(sandboxUnit).toMatch(/^Environment=PATH=\/usr\/share\/docker.io\/contrib:/m);
+        expect(sandboxUnit).toContain("dockerd-rootless.sh --log-driver");
+        expect(fileOf(hosts.sandbox, "/etc/airlock/docker-daemon.json.in")).not.toContain("userland-proxy");
+    });
 });
 
 describe.runIf(toolsAvailable("docker-compose config", ["docker-compose"]))("docker-compose config", () => {

@@ -5,6 +5,7 @@ import * as path from "node:path";
 import { ensureArchiveKey } from "./archive-key";
 import { ensureCa } from "./ca";
 import { TWIN_CACHE_DIR } from "./contract";
+import { TWIN_SOURCES } from "./sources";
 
 /**
  * The twin's base image: Debian 12 as a cloud server, close to Hetzner's
@@ -18,7 +19,7 @@ import { TWIN_CACHE_DIR } from "./contract";
  * always complete.
  */
 
-const SOURCES = path.join(__dirname, "base-image");
+const SOURCES = path.join(TWIN_SOURCES, "base-image");
 export const BASE_PACKAGES_FILE = path.join(SOURCES, "packages");
 const CUSTOMIZE_HOOK = path.join(SOURCES, "customize");
 const FILES = path.join(SOURCES, "files");

@@ -3,6 +3,7 @@ import * as crypto from "node:crypto";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { TWIN_CACHE_DIR } from "./contract";
+import { TWIN_SOURCES } from "./sources";
 
 /**
  * The twin's certificate authority: made once with openssl and kept under the
@@ -11,8 +12,8 @@ import { TWIN_CACHE_DIR } from "./contract";
  * for names the twin answers itself (pkgs.tailscale.com, registry-1.docker.io).
  */
 
-const CA_CONFIG = path.join(__dirname, "ca", "ca.cnf");
-const LEAF_CONFIG = path.join(__dirname, "ca", "leaf.cnf");
+const CA_CONFIG = path.join(TWIN_SOURCES, "ca", "ca.cnf");
+const LEAF_CONFIG = path.join(TWIN_SOURCES, "ca", "leaf.cnf");
 /** Long enough to outlive any cached base image that trusts it. */
 const CA_DAYS = "3650";
 const LEAF_DAYS = "365";

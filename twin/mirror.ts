@@ -10,6 +10,7 @@ import { ensureArchiveKey, signRelease, type ArchiveKey } from "./archive-key";
 import type { BaseImage } from "./base-image";
 import { issueLeaf } from "./ca";
 import { HOST_ADDRESS, TWIN_CACHE_DIR } from "./contract";
+import { TWIN_SOURCES } from "./sources";
 
 /**
  * The twin's apt mirror: the .debs the guests' cloud-init installs, downloaded
@@ -22,7 +23,9 @@ import { HOST_ADDRESS, TWIN_CACHE_DIR } from "./contract";
  * with the key where airlock-install-tailscale downloads it.
  */
 
-const SOURCES = path.join(__dirname, "mirror");
+const SOURCES = path.join(TWIN_SOURCES, "mirror");
+/** Bump when the mirror's layout changes, so cached mirrors are rebuilt. */
+const LAYOUT = "1";
 const APT_CONF = path.join(SOURCES, "apt.conf");
 const BUILD_SOURCES = path.join(SOURCES, "sources.list");
 const SERVER = path.join(SOURCES, "serve.py");
@@ -90,7 +93,8 @@ export function mirrorKey(options: Pick<MirrorOptions, "packages" | "image" | "e
         fs.readFileSync(options.image.manifest, "utf8"),
         ...(options.extraDebs ?? []).map((deb) => `${path.basename(deb)} ${sha256(fs.readFileSync(deb))}`).sort(),
         fingerprint,
-        ...[APT_CONF, BUILD_SOURCES, __filename].map((file) => fs.readFileSync(file, "utf8")),
+        LAYOUT,
+        ...[APT_CONF, BUILD_SOURCES].map((file) => fs.readFileSync(file, "utf8")),
     ];
     return sha256(parts.join("\0")).slice(0, 16);
 }

@@ -101,7 +101,12 @@ interface HostUnits {
     userManagerRequires?: string[];
     /** The workloads unit's ExecStartPre lines. */
     workloadsPre?: string[];
+    /** The agent's docker.service: directories searched first, and flags for dockerd. */
+    dockerSearchPath?: string[];
+    dockerdFlags?: string[];
 }
+
+const DOCKER_SEARCH_PATH = ["/usr/share/docker.io/contrib", "/usr/sbin", "/usr/bin", "/sbin", "/bin"];
 
 const unitLines = (key: string, lines: string[] = []) => lines.map((line) => `${key}=${line}\n`).join("");
 
@@ -129,7 +134,11 @@ function commonFiles(cfg: StackConfig, role: HostRole, units: HostUnits): HostFi
             agentUser: cfg.agent.user,
             subordinateIds: `${AGENT_SUBORDINATE_IDS.first}-${AGENT_SUBORDINATE_IDS.last}`,
         }),
-        config("/etc/systemd/user/docker.service", "systemd/user/docker.service", { agentUser: cfg.agent.user }),
+        config("/etc/systemd/user/docker.service", "systemd/user/docker.service", {
+            agentUser: cfg.agent.user,
+            searchPath: [...(units.dockerSearchPath ?? []), ...DOCKER_SEARCH_PATH].join(":"),
+            daemonFlags: (units.dockerdFlags ?? []).map((flag) => `${flag} `).join(""),
+        }),
         { path: COMPOSE_TEMPLATE_PATH, content: units.compose, permissions: "0644" },
         config("/etc/systemd/system/airlock-tailnet-config.service", "systemd/airlock-tailnet-config.service", {
             after: (units.tailnetConfigRequires ?? []).join(" "),
@@ -243,10 +252,17 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
     const workloadsPre = [`/usr/bin/install -D -m 0600 /etc/airlock/adguard/AdGuardHome.yaml ${adguard}/conf/AdGuardHome.yaml`, `/usr/bin/mkdir -p ${adguard}/work`];
     // The runtime's filesystem and secrets exist before its compose file is checked and started.
     const runtimeUnits = [...agentUnits(cfg), ...(cfg.gateway.github ? ["airlock-github-token.socket", "airlock-github-token-revoke.timer"] : [])];
+    const compose = renderGatewayCompose(cfg, images);
     const files: HostFile[] = [
         // The runtime's units order themselves before the compose check and the user manager
         // (Before=), without being required: a runtime that cannot start must not stop DNS.
-        ...commonFiles(cfg, "gateway", { compose: renderGatewayCompose(cfg, images), tailnetConfig: [renderCompose], workloadsPre }),
+        ...commonFiles(cfg, "gateway", {
+            compose,
+            tailnetConfig: [renderCompose, `${RENDER} --mode 0644 ${ROOTLESS_PUBLISH_LIST}.in ${ROOTLESS_PUBLISH_LIST}`],
+            workloadsPre,
+            dockerSearchPath: [ROOTLESS_PUBLISH_DIR],
+            dockerdFlags: [`--config-file=${GATEWAY_DOCKER_CONFIG}`],
+        }),
         {
             path: SSHD_TEMPLATE_PATH,
             content: renderTemplate("sshd/gateway.sshd_config", { adminUser }),
@@ -284,6 +300,11 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
         // Tailnet DNS to AdGuard Home's unprivileged port: no user may bind below 1024.
         { path: DNS_REDIRECT_PATH, content: renderTemplate("nftables/gateway-dns-redirect.nft", { resolverPort: String(RESOLVER_PUBLISHED_PORT) }), permissions: "0600" },
         config("/etc/systemd/system/airlock-dns-redirect.service", "systemd/airlock-dns-redirect.service"),
+        // Without Docker's userland proxy, so AdGuard Home sees the sandbox's address; its ports
+        // are published by airlock-rootless-publish instead (test/e2e-rootless-publish.test.ts).
+        config(GATEWAY_DOCKER_CONFIG, "docker/gateway-daemon.json", { agentUser: user }),
+        config(`${ROOTLESS_PUBLISH_LIST}.in`, "docker/gateway-rootless-publish.conf", { ports: publishedPorts(compose).join("\n") }),
+        script(`${ROOTLESS_PUBLISH_DIR}/dockerd`, "scripts/rootless-publish"),
         // The runtime's units too: a runtime that cannot start fails first boot's report, never DNS.
         bootCheck(cfg, ["ssh.service", "airlock-dns-redirect.service", "airlock-tailnet-config.service", `user@${cfg.agent.uid}.service`, ...runtimeUnits]),
     ];
@@ -293,6 +314,29 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
         files,
         { adminUser, agentUser: user, agentUid: cfg.agent.uid, enableBackupTimers: ["systemctl", "enable", "--now", ...backupTimers(cfg)] },
         runtimeUnits.length > 0 ? [["systemctl", "enable", "--now", ...runtimeUnits]] : [],
+    );
+}
+
+/** The gateway's rootless dockerd reads only this daemon.json (root's; the agent's home is its own). */
+export const GATEWAY_DOCKER_CONFIG = "/etc/airlock/docker-daemon.json";
+/** What the gateway's rootless Docker publishes on the host, rendered at boot with the tailnet address. */
+export const ROOTLESS_PUBLISH_LIST = "/etc/airlock/rootless-publish.conf";
+/** airlock-rootless-publish, as `dockerd`, first in the gateway docker.service's PATH. */
+export const ROOTLESS_PUBLISH_DIR = "/usr/local/libexec/airlock/rootless";
+
+/**
+ * Every port a compose file publishes, as "PROTO ADDRESS PORT" lines, for
+ * airlock-rootless-publish: without the userland proxy a port not listed would be
+ * published nowhere. Only loopback and the tailnet address are publishable.
+ */
+export function publishedPorts(compose: string): string[] {
+    const services: Record<string, { ports?: unknown[] }> = YAML.parse(compose).services ?? {};
+    return Object.entries(services).flatMap(([name, service]) =>
+        (service.ports ?? []).map((port) => {
+            const m = /^(127\.0\.0\.1|@TAILNET_IPV4@):(\d+):\d+(?:\/(tcp|udp))?$/.exec(String(port));
+            if (!m) throw new Error(`${name}: port "${String(port)}" is not ADDRESS:PORT:TARGET on 127.0.0.1 or the tailnet address`);
+            return `${m[3] ?? "tcp"} ${m[1]} ${m[2]}`;
+        }),
     );
 }
 
