@@ -15,7 +15,8 @@ import { run } from "./helpers/tools";
 
 const canRun = backupRigAvailable();
 
-describe.runIf(canRun)("backup and restore drill with real restic and PostgreSQL", () => {
+// Each test runs real backups and drills: a minute or more on a loaded machine.
+describe.runIf(canRun)("backup and restore drill with real restic and PostgreSQL", { timeout: 300_000 }, () => {
     let rig: BackupRig;
     let repo: Repository;
 

@@ -137,6 +137,9 @@ export async function bootRootfs(root: string, netns: string, binds: string[] = 
         if (/^(running|degraded|maintenance)$/.test(exec(["systemctl", "is-system-running"], { timeout: 10_000 }).stdout.trim())) return host;
         await new Promise((r) => setTimeout(r, 250));
     }
+    // What it still waits for says why (the console's tail is the shutdown's).
+    const waiting = exec(["systemctl", "list-jobs", "--no-pager"], { timeout: 10_000 });
+    const state = exec(["systemctl", "is-system-running"], { timeout: 10_000 }).stdout.trim();
     await host.stop();
-    throw new Error(`systemd did not finish booting: ${host.log().slice(-2000)}`);
+    throw new Error(`systemd did not finish booting (${state || "no answer"}); jobs:\n${waiting.stdout}${waiting.stderr}\nconsole: ${host.log().slice(-1500)}`);
 }
