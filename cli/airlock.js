@@ -14,7 +14,7 @@ const path = require("node:path");
 
 const ROOT = path.resolve(__dirname, "..");
 const STAMP = path.join(ROOT, "dist", ".built");
-const SOURCES = ["index.ts", "cli", "components", "policies"];
+const SOURCES = ["index.ts", "cli", "components", "policies", "twin"];
 
 /** The newest modification time of any TypeScript source (0 in a package that ships none). */
 function newestSource() {

@@ -13,8 +13,8 @@ const path = require("node:path");
 const esbuild = require("esbuild");
 
 const ROOT = path.resolve(__dirname, "..");
-/** What is compiled: the program, the CLI, the components and the pack (not the tests). */
-const SOURCES = ["index.ts", "cli", "components", "policies"];
+/** What is compiled: the program, the CLI, the components, the pack and the twin (not the tests). */
+const SOURCES = ["index.ts", "cli", "components", "policies", "twin"];
 
 /** Every .ts file under SOURCES (not .d.ts), relative to ROOT. */
 function sourceFiles() {
@@ -53,6 +53,8 @@ function build() {
             supported: { "dynamic-import": false },
             logLevel: "warning",
         });
+        // The twin's own files (recipes, configs, scripts it serves) sit beside its compiled modules, as beside the sources.
+        fs.cpSync(path.join(ROOT, "twin"), path.join(staging, "twin"), { recursive: true, filter: (source) => !source.endsWith(".ts") });
         fs.writeFileSync(path.join(staging, ".built"), `${new Date().toISOString()}\n`);
         fs.rmSync(path.join(ROOT, "dist"), { recursive: true, force: true });
         fs.renameSync(staging, path.join(ROOT, "dist"));

@@ -44,9 +44,10 @@ const AIRLOCK = /^(npm run -s airlock -- |npm run plan|npx airlock |airlock )/;
  * Commands that need a deployed gateway: `airlock secrets` (run with stand-ins in
  * secrets-cli.test.ts, against the real sshd rig in e2e-secrets.test.ts, which also
  * compare the samples marked secrets-push and secrets-status) and the gateway's own
- * tools behind sudo (github-token.test.ts runs the approval).
+ * tools behind sudo (github-token.test.ts runs the approval). `airlock twin` boots
+ * QEMU guests as root: e2e-twin.test.ts runs every verb.
  */
-const DEPLOYED = /(airlock -- secrets |^sudo airlock-)/;
+const DEPLOYED = /(airlock -- secrets |^sudo airlock-|airlock -- twin )/;
 
 /**
  * A workspace shaped like the repository root for the commands: the stacks, the

@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import * as YAML from "yaml";
 import { readStackFile } from "../components/config/load";
 import { hostFirewallRules } from "../components/host";
 import { TAILNET_AUTH_KEY_PLACEHOLDER, withTailnetKey } from "../components/render/hosts";
@@ -24,6 +25,16 @@ describe.each(SHIPPED_STACKS)("rendered hosts of %s", (stack) => {
             for (const file of host.files) expect(file.content, file.path).not.toMatch(/\{\{\w+\}\}/);
             expect(host.cloudInit).not.toMatch(/\{\{\w+\}\}/);
         }
+    });
+
+    it("the sandbox installs Tailscale before its egress rules send DNS only to the gateway's resolver (twin finding: the package was never found)", () => {
+        const runcmd = (YAML.parse(renderHosts(cfg).sandbox.cloudInit).runcmd as string[][]).map((argv) => argv.join(" "));
+        const install = runcmd.indexOf("/usr/local/sbin/airlock-install-tailscale");
+        const egress = runcmd.findIndex((line) => /enable --now airlock-egress\.service/.test(line));
+        expect(install).toBeGreaterThanOrEqual(0);
+        expect(egress).toBeGreaterThan(install);
+        // Nothing of the agent before the rules: its home, its Docker, the join come after them.
+        for (const step of ["airlock-agent-home", "airlock-setup-rootless-docker", "airlock-tailnet-join"]) expect(runcmd.findIndex((line) => line.includes(step)), step).toBeGreaterThan(egress);
     });
 
     it("carry the join-key placeholder exactly once, and never enable Tailscale SSH", () => {

@@ -28,6 +28,13 @@ readonly PACKAGES=(
 	pre-commit git                # the pre-commit hook, run by the real pre-commit; git in the checkpoint tests' shell image
 	btrfs-progs e2fsprogs         # checkpoints: btrfs on a loop device, ext4 for the migration path
 	rootlesskit slirp4netns uidmap # the gateway's real rootless dockerd (rootless port publishing)
+	fdisk qemu-utils              # the twin's base image: its partition table (sfdisk), qcow2 (qemu-img)
+	apt-utils gnupg curl          # the twin's apt mirror: apt-ftparchive, its signing key, the TLS test client
+	debian-archive-keyring        # the mirror verifies what it downloads from Debian
+	wireguard-tools wireguard-go iputils-ping # the twin's Tailscale stand-in: wg, userspace WireGuard where the kernel has none, ping over tailscale0
+	qemu-system-x86 nftables     # the twin: its guests (TCG), the hcloud Firewall stand-in
+	buildah skopeo                # the twin's images: Dockerfiles built without a Docker engine, pushed by digest
+	docker-registry curl          # the twin's registry (distribution); its manifests fetched over TLS
 )
 
 if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then

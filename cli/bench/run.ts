@@ -4,6 +4,7 @@
  * measured in this one run (absolute times vary between machines and runs).
  * `npm run bench -- --only checkpoints` measures that section again and keeps the
  * others from BENCHMARKS.json (its latency depends on the machine's load: say which).
+ * `--only twin` takes the twin's figures from its suite (out/twin-figures.json).
  */
 import { spawnSync } from "node:child_process";
 import * as fs from "node:fs";
@@ -133,6 +134,7 @@ function formatMarkdown(results: Record<string, any>): string {
         );
     }
     lines.push("", ...checkpointSection(results.checkpoints as CheckpointCost | { skipped: string }));
+    lines.push("", ...twinSection(results.twin as TwinFigures | undefined));
     return `${lines.join("\n")}\n`;
 }
 
@@ -226,6 +228,40 @@ async function main(): Promise<void> {
     write(results);
 }
 
+/** The twin's figures: measured by test/e2e-twin.test.ts (AIRLOCK_TWIN_FIGURES), carried over by every bench run. */
+export interface TwinFigures {
+    measured: string;
+    loadAverage: number;
+    upCachedSeconds?: number;
+    upColdSeconds?: number;
+    replaceToReadySeconds?: number;
+    firstAgentCommandAfterReplaceSeconds?: number;
+    bootOrderConvergedSeconds?: number;
+    suiteSeconds?: number;
+    /** What the run did not show (a first boot that ended in error, a step not reached). */
+    note?: string;
+}
+
+function twinSection(twin: TwinFigures | undefined): string[] {
+    const lines = ["## 7. The twin, under emulation", ""];
+    if (!twin) return [...lines, "Not measured yet: run `test/e2e-twin.test.ts` as root with `AIRLOCK_TWIN_FIGURES=1`."];
+    const s = (seconds: number | undefined) => (seconds === undefined ? "not measured" : seconds >= 120 ? `${(seconds / 60).toFixed(1)} min` : `${seconds.toFixed(1)} s`);
+    return [
+        ...lines,
+        `**These are the twin's figures, not Hetzner's**: both hosts are QEMU guests under TCG (no usable KVM on this machine), 2 GiB each, on 2 cores shared with other work (load average ${twin.loadAverage.toFixed(1)}). Measured ${twin.measured} by \`test/e2e-twin.test.ts\` (not \`npm run bench\`); each first boot installs user_data's packages from the twin's mirror, pulls the images from its registry and runs every unit.`,
+        "",
+        "| measure | time |",
+        "|---|---:|",
+        `| \`twin up\` to both hosts ready (cloud-init \`status: done\`), base image cached | ${s(twin.upCachedSeconds)} |`,
+        `| \`twin up\` with a cold base image (built first) | ${s(twin.upColdSeconds)} |`,
+        `| \`twin replace\`: a replacement sandbox, destroy to ready | ${s(twin.replaceToReadySeconds)} |`,
+        `| the first agent command after the replacement (\`twin agent\`, a new ssh connection) | ${s(twin.firstAgentCommandAfterReplaceSeconds)} |`,
+        `| boot order: the gateway powered on again, until the sandbox's workloads run | ${s(twin.bootOrderConvergedSeconds)} |`,
+        `| the whole twin suite (one pair, two replacements) | ${s(twin.suiteSeconds)} |`,
+        ...(twin.note ? ["", twin.note] : []),
+    ];
+}
+
 async function measureCheckpoints(): Promise<CheckpointCost | { skipped: string }> {
     const unavailable = checkpointCostUnavailable();
     if (unavailable) {
@@ -238,6 +274,11 @@ async function measureCheckpoints(): Promise<CheckpointCost | { skipped: string 
 }
 
 function write(results: Record<string, any>): void {
+    // The twin's figures come from its suite, not from this bench: a bench run keeps them.
+    if (results.twin === undefined && fs.existsSync(path.join(REPO, "BENCHMARKS.json"))) {
+        const previous = JSON.parse(fs.readFileSync(path.join(REPO, "BENCHMARKS.json"), "utf8")) as Record<string, any>;
+        if (previous.twin !== undefined) results.twin = previous.twin;
+    }
     fs.writeFileSync(path.join(REPO, "BENCHMARKS.json"), `${JSON.stringify(results, null, 2)}\n`);
     fs.writeFileSync(path.join(REPO, "BENCHMARKS.md"), formatMarkdown(results));
     log("wrote BENCHMARKS.md and BENCHMARKS.json");
@@ -249,12 +290,20 @@ async function onlyCheckpoints(): Promise<void> {
     write(results);
 }
 
-const only = process.argv.slice(2);
-if (only.length > 0 && only.join(" ") !== "--only checkpoints") {
-    process.stderr.write(`bench: unknown arguments '${only.join(" ")}' (the one choice is --only checkpoints)\n`);
+/** `--only twin`: the figures test/e2e-twin.test.ts wrote to out/twin-figures.json (AIRLOCK_TWIN_FIGURES=1), into both files. */
+async function onlyTwin(): Promise<void> {
+    const results = JSON.parse(fs.readFileSync(path.join(REPO, "BENCHMARKS.json"), "utf8")) as Record<string, any>;
+    results.twin = JSON.parse(fs.readFileSync(path.join(REPO, "out", "twin-figures.json"), "utf8")) as TwinFigures;
+    write(results);
+}
+
+const only = process.argv.slice(2).join(" ");
+const ONLY: Record<string, () => Promise<void>> = { "": main, "--only checkpoints": onlyCheckpoints, "--only twin": onlyTwin };
+if (!(only in ONLY)) {
+    process.stderr.write(`bench: unknown arguments '${only}' (the choices are --only checkpoints and --only twin)\n`);
     process.exit(2);
 }
-(only.length > 0 ? onlyCheckpoints() : main()).catch((err) => {
+ONLY[only]().catch((err) => {
     process.stderr.write(`bench: ${err instanceof Error ? err.message : String(err)}\n`);
     process.exitCode = 1;
 });

@@ -14,5 +14,6 @@ export const COMMANDS: Record<string, [summary: string, load: () => Promise<Comm
     audit: ["the sandbox's command record: show it (with the DNS names each command resolved) or verify its hash chain, on a copy of the gateway's records", () => import("./audit")],
     egress: ["learn the DNS allowlist from what the agent really resolved: a diff of the stack file to review, never applied", () => import("./egress")],
     secrets: ["the agent runtime's secrets on the gateway: push (from Pulumi or --stdin JSON, restarts the runtime) or status; names only, never values", () => import("./secrets")],
+    twin: ["the stack's gateway and sandbox as local QEMU guests from their rendered cloud-init, with stand-ins for Hetzner, Tailscale and the registries: up, status, exec, agent, replace, firewall, down", () => import("./twin")],
     doctor: ["check this machine for a real deployment: pulumi, backend, credentials, ssh (never prints a secret)", () => import("./doctor")],
 };

@@ -16,18 +16,22 @@ export interface TestDocker {
     stop(): Promise<void>;
 }
 
-export async function startDockerd(dir: string, extraSockets: string[] = []): Promise<TestDocker> {
+/** `netns`: the daemon (and its containers' networks) live in that network namespace, with its /etc/netns files. */
+export async function startDockerd(dir: string, extraSockets: string[] = [], netns?: string): Promise<TestDocker> {
     const socket = path.join(dir, "docker.sock");
     const hosts = [socket, ...extraSockets].flatMap((s) => ["-H", `unix://${s}`]);
     const log = fs.openSync(path.join(dir, "dockerd.log"), "a");
     // Networks from a range of the tests' own, so routes left on the machine (other
     // daemons' bridges) never exhaust Docker's default pools.
     fs.writeFileSync(path.join(dir, "daemon.json"), `${JSON.stringify({ "default-address-pools": [{ base: "10.213.0.0/16", size: 24 }] })}\n`);
-    const daemon: ChildProcess = spawn(
-        "dockerd",
-        ["--data-root", path.join(dir, "data"), "--exec-root", path.join(dir, "exec"), "--pidfile", path.join(dir, "dockerd.pid"), ...hosts, "--iptables=false", "--ip6tables=false", "--bridge=none", "--config-file", path.join(dir, "daemon.json")],
-        { stdio: ["ignore", log, log], detached: false },
-    );
+    const args = ["--data-root", path.join(dir, "data"), "--exec-root", path.join(dir, "exec"), "--pidfile", path.join(dir, "dockerd.pid"), ...hosts, "--iptables=false", "--ip6tables=false", "--bridge=none", "--config-file", path.join(dir, "daemon.json")];
+    // In a namespace: its /etc/netns files bound over /etc as `ip netns exec` does, but the
+    // machine's /sys (and its cgroups) kept, which `ip netns exec` would hide. Every step
+    // execs the next: the child's pid is the daemon's.
+    const inNetns = 'for entry in "/etc/netns/$1"/*; do [ -e "$entry" ] && mount --bind "$entry" "/etc/${entry##*/}"; done; ns=$1; shift; exec nsenter --net="/run/netns/$ns" dockerd "$@"';
+    const daemon: ChildProcess = netns
+        ? spawn("unshare", ["--mount", "--propagation", "private", "sh", "-c", inNetns, "sh", netns, ...args], { stdio: ["ignore", log, log], detached: false })
+        : spawn("dockerd", args, { stdio: ["ignore", log, log], detached: false });
     const env = { ...process.env, DOCKER_HOST: `unix://${socket}`, DOCKER_BUILDKIT: "0" };
     const docker = (args: string[], input?: string) => run("docker", args, { env, input, timeout: 120_000 });
     for (let i = 0; i < 300; i++) {
@@ -36,7 +40,7 @@ export async function startDockerd(dir: string, extraSockets: string[] = []): Pr
                 new Promise<void>((resolve) => {
                     // A stopped daemon leaves its networks' bridges behind: remove them too.
                     const bridges = docker(["network", "ls", "--quiet", "--no-trunc", "--filter", "driver=bridge"]).stdout.trim().split("\n").filter(Boolean);
-                    const removeBridges = () => bridges.forEach((id) => run("ip", ["link", "del", `br-${id.slice(0, 12)}`]));
+                    const removeBridges = () => bridges.forEach((id) => run("ip", [...(netns ? ["-n", netns] : []), "link", "del", `br-${id.slice(0, 12)}`]));
                     if (daemon.exitCode !== null) {
                         removeBridges();
                         return resolve();

@@ -1,0 +1,97 @@
+import { spawnSync } from "node:child_process";
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ensureArchiveKey, keyFileFingerprint } from "../twin/archive-key";
+import { BASE_PACKAGES_FILE, BASE_ROOT_DEVICE, ensureBaseImage, readPackageList, type BaseImage } from "../twin/base-image";
+import { ensureCa } from "../twin/ca";
+import { isRoot, run, toolsAvailable } from "./helpers/tools";
+
+/**
+ * The twin's base image, built for real (about 100 s cold on 2 cores; cached
+ * under /var/cache/airlock-twin by the hash of its inputs, and then instant).
+ * Opt-in locally (AIRLOCK_TWIN_BUILD=1); under CI=true as root it always runs.
+ * The image is read without mounting it: debugfs on the partition's offset.
+ */
+
+const wanted = process.env.CI === "true" || process.env.AIRLOCK_TWIN_BUILD === "1";
+if (!wanted) console.warn("SKIPPED twin base image build: set AIRLOCK_TWIN_BUILD=1 (CI=true runs it)");
+if (wanted && !isRoot()) console.warn("SKIPPED twin base image build: needs root (CI runs it as root)");
+const canBuild =
+    wanted && isRoot() && toolsAvailable("twin base image", ["mmdebstrap", "mkfs.ext4", "sfdisk", "qemu-img", "debugfs", "openssl", "gpg", "dpkg-query"]);
+
+describe.runIf(canBuild)("the twin's base image, built with mmdebstrap", () => {
+    let image: BaseImage;
+    let raw = "";
+    const partition = () => `${raw}?offset=${1024 ** 2}`;
+    const cat = (file: string) => run("debugfs", ["-R", `cat ${file}`, partition()], { maxBuffer: 64 * 1024 ** 2 }).stdout;
+    /** Names in a directory (debugfs's parseable listing: /inode/mode/uid/gid/name/size/). */
+    const ls = (dir: string) =>
+        run("debugfs", ["-R", `ls -p ${dir}`, partition()])
+            .stdout.split("\n")
+            .map((line) => line.split("/")[5])
+            .filter((name) => name !== undefined && name !== "." && name !== "..");
+
+    beforeAll(async () => {
+        const started = Date.now();
+        const lines: string[] = [];
+        image = await ensureBaseImage((line) => lines.push(line));
+        // The figure this test records: cold when the inputs changed, cached otherwise.
+        console.log(`twin base image: ${lines.at(-1)} (ensureBaseImage took ${((Date.now() - started) / 1000).toFixed(1)} s)`);
+        raw = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "airlock-twin-image-")), "disk.raw");
+        const converted = run("qemu-img", ["convert", "-O", "raw", image.disk, raw], { timeout: 300_000 });
+        if (converted.status !== 0) throw new Error(converted.stderr);
+    }, 1_200_000);
+
+    afterAll(() => {
+        if (raw) fs.rmSync(path.dirname(raw), { recursive: true, force: true });
+    });
+
+    it("is a qcow2 disk with one partition holding ext4, labelled as its fstab names it, and the kernel and initrd beside it", () => {
+        expect(JSON.parse(run("qemu-img", ["info", "--output=json", image.disk]).stdout).format).toBe("qcow2");
+        const table = run("sfdisk", ["--json", raw]);
+        const partitions = JSON.parse(table.stdout).partitiontable.partitions;
+        expect(partitions).toHaveLength(1);
+        expect(partitions[0].start * 512).toBe(1024 ** 2);
+        expect(BASE_ROOT_DEVICE).toBe("/dev/vda1");
+        const superblock = run("dumpe2fs", ["-h", partition()]).stdout;
+        expect(superblock).toMatch(/Filesystem volume name:\s+twin-root/);
+        expect(cat("/etc/fstab")).toMatch(/^LABEL=twin-root \/ ext4 /m);
+        expect(fs.statSync(image.kernel).size).toBeGreaterThan(1024 ** 2);
+        expect(fs.statSync(image.initrd).size).toBeGreaterThan(1024 ** 2);
+    });
+
+    it("has every package of its list installed, and the manifest says so", () => {
+        const manifest = fs.readFileSync(image.manifest, "utf8");
+        for (const name of readPackageList(BASE_PACKAGES_FILE)) expect(manifest).toMatch(new RegExp(`^${name} \\S+$`, "m"));
+        expect(fs.readFileSync(image.dpkgStatus, "utf8")).toMatch(/^Package: cloud-init$/m);
+    });
+
+    it("trusts the twin CA and the twin's archive key, and asks Debian's real hosts for packages", () => {
+        const bundle = cat("/etc/ssl/certs/ca-certificates.crt");
+        expect(bundle).toContain(fs.readFileSync(ensureCa().cert, "utf8").trim());
+        const key = path.join(path.dirname(raw), "airlock-twin.gpg");
+        fs.writeFileSync(key, spawnSync("debugfs", ["-R", "cat /etc/apt/trusted.gpg.d/airlock-twin.gpg", partition()]).stdout);
+        expect(keyFileFingerprint(key)).toBe(ensureArchiveKey().fingerprint);
+        expect(cat("/etc/apt/sources.list")).toContain("deb http://deb.debian.org/debian bookworm main\n");
+        expect(cat("/etc/apt/sources.list")).toContain("deb http://security.debian.org/debian-security bookworm-security main\n");
+        expect(ls("/etc/apt/sources.list.d")).toEqual([]);
+    });
+
+    it("is a cloud image: Hetzner's datasource, the guest agent started by udev, nothing per-machine left behind", () => {
+        expect(cat("/etc/cloud/cloud.cfg.d/95_airlock_twin.cfg")).toMatch(/^datasource_list: \[ Hetzner, None \]$/m);
+        // Debian's own setting, which keeps the sources above: cloud-init must not rewrite them.
+        expect(cat("/etc/cloud/cloud.cfg")).toMatch(/^\s+preserve_sources_list: true$/m);
+        expect(cat("/lib/udev/rules.d/60-qemu-guest-agent.rules")).toContain("org.qemu.guest_agent.0");
+        expect(ls("/etc/ssh").filter((name) => name.startsWith("ssh_host_"))).toEqual([]);
+        expect(cat("/etc/machine-id")).toBe("");
+        // Without localhost in /etc/hosts PostgreSQL cannot listen and its unit fails (nsswitch: files dns).
+        expect(cat("/etc/hosts")).toMatch(/^127\.0\.0\.1\s+localhost$/m);
+        // The build host's resolver must not leak into the guests: DHCP writes theirs.
+        expect(run("debugfs", ["-R", "stat /etc/resolv.conf", partition()]).stderr).toMatch(/File not found/);
+        // cloud-init sets LANG=en_US.UTF-8; update-locale fails unless it was generated.
+        expect(cat("/etc/locale.gen")).toMatch(/^en_US\.UTF-8 UTF-8$/m);
+        expect(ls("/usr/lib/locale")).toContain("locale-archive");
+    });
+});

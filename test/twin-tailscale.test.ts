@@ -1,0 +1,486 @@
+import { ChildProcess } from "node:child_process";
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { renderTailnetPolicy, tailnetPolicyText } from "../components/render/tailnetPolicy";
+import { buildTailscaleDeb, Coordinator, newAuthKey, startCoordinator, TAILSCALE_DEB_VERSION } from "../twin/tailscale";
+import { readStackFile } from "../components/config/load";
+import { inNamespace, spawnInNamespace } from "./helpers/netns";
+import { BootedHost, bootRootfs, debianRootfs, extractRootfs } from "./helpers/nspawn";
+import { renderHosts, stackFile } from "./helpers/stacks";
+import { isRoot, run, toolsAvailable } from "./helpers/tools";
+
+/**
+ * The twin's Tailscale stand-in without QEMU: tailscaled and the CLI from
+ * twin/tailscale/ run in network namespaces of the test's own, each with a veth to a
+ * "public" bridge namespace where the coordinator listens as
+ * controlplane.tailscale.com. The nodes join as airlock's scripts make them join
+ * (templates/scripts/tailnet-join), WireGuard carries their traffic, and the
+ * tailnet policy the plan renders decides who reaches which port.
+ */
+
+const canRun = isRoot() && toolsAvailable("the Tailscale stand-in in namespaces", ["ip", "wg", "wireguard-go", "nft", "socat", "ping", "dpkg-deb", "python3", "dnsmasq", "getent"]);
+if (!isRoot()) console.warn("SKIPPED the Tailscale stand-in in namespaces: needs root (CI runs it as root)");
+
+const TWIN = path.resolve(__dirname, "..", "twin", "tailscale");
+const BRIDGE_NS = "al-ts-br";
+const PUBLIC = "198.18.77";
+const CONTROL = `${PUBLIC}.3`;
+const UPSTREAM_RESOLVER = `${PUBLIC}.1`;
+const GATEWAY_TAG = "tag:airlock-dev-gateway";
+const SANDBOX_TAG = "tag:airlock-dev-sandbox";
+const OTHER_TAG = "tag:airlock-dev-other";
+const GATEWAY_HOST = "airlock-dev-gateway";
+const SANDBOX_HOST = "airlock-dev-sandbox";
+
+interface TestNode {
+    ns: string;
+    dir: string;
+    daemon?: ChildProcess;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const ip = (...args: string[]) => {
+    const result = run("ip", args);
+    if (result.status !== 0) throw new Error(`ip ${args.join(" ")}: ${result.stderr}`);
+};
+
+describe.runIf(canRun)("the twin's Tailscale stand-in (namespaces, WireGuard, the rendered policy)", () => {
+    let work: string;
+    let coordinator: Coordinator;
+    let dnsmasq: ChildProcess;
+    const nodes: Record<"gateway" | "sandbox" | "other", TestNode> = {
+        gateway: { ns: "al-ts-gw", dir: "" },
+        sandbox: { ns: "al-ts-sb", dir: "" },
+        other: { ns: "al-ts-ot", dir: "" },
+    };
+    const keys = { gateway: newAuthKey([GATEWAY_TAG]), sandbox: newAuthKey([SANDBOX_TAG]), other: newAuthKey([OTHER_TAG]) };
+    const listeners: ChildProcess[] = [];
+
+    const cli = (node: TestNode, args: string[], user?: string) =>
+        inNamespace(node.ns, [...(user ? ["runuser", "-u", user, "--"] : []), path.join(TWIN, "tailscale"), `--socket=${node.dir}/tailscaled.sock`, ...args]);
+    const tailnetIp = (node: TestNode, peer?: string) => cli(node, ["ip", "-4", ...(peer ? [peer] : [])]);
+    const startDaemon = (node: TestNode) => {
+        // wireguard-go (where the kernel has no WireGuard) keeps its control socket in
+        // /run/wireguard: each node gets its own, in the mount namespace `ip netns exec` makes.
+        node.daemon = spawnInNamespace(
+            node.ns,
+            `mkdir -p /run/wireguard && mount -t tmpfs -o mode=0700 tmpfs /run/wireguard && exec ${TWIN}/tailscaled --state=${node.dir}/tailscaled.state --socket=${node.dir}/tailscaled.sock`,
+            path.join(node.dir, "tailscaled.log"),
+        );
+    };
+    const stopDaemon = async (node: TestNode) => {
+        const daemon = node.daemon;
+        if (!daemon || daemon.exitCode !== null || daemon.signalCode !== null) return;
+        const exited = new Promise((resolve) => daemon.once("exit", resolve));
+        daemon.kill("SIGTERM");
+        await Promise.race([exited, sleep(5000)]);
+        if (daemon.exitCode === null && daemon.signalCode === null) daemon.kill("SIGKILL");
+    };
+    const waitForSocket = async (node: TestNode) => {
+        for (let i = 0; i < 100; i++) {
+            if (fs.existsSync(`${node.dir}/tailscaled.sock`)) return;
+            await sleep(100);
+        }
+        throw new Error(`tailscaled in ${node.ns} did not start: ${fs.readFileSync(path.join(node.dir, "tailscaled.log"), "utf8")}`);
+    };
+    /** `tailscale up` as airlock-tailnet-join runs it, the key in a file. */
+    const join = (node: TestNode, key: string, hostname: string, tag: string, acceptDns: boolean) => {
+        const keyFile = path.join(node.dir, "tailnet-authkey");
+        fs.writeFileSync(keyFile, `${key}\n`, { mode: 0o600 });
+        return cli(node, ["up", `--auth-key=file:${keyFile}`, `--hostname=${hostname}`, `--advertise-tags=${tag}`, "--accept-routes=false", `--accept-dns=${acceptDns}`]);
+    };
+    /** A TCP connection from `from` to address:port that gets the listener's greeting. */
+    const tcpReaches = (from: TestNode, address: string, port: number) =>
+        inNamespace(from.ns, ["socat", "-T", "2", "-", `TCP:${address}:${port},connect-timeout=2`], { input: "" }).stdout.includes(`hello-${port}`);
+    const udpReaches = (from: TestNode, address: string, port: number) =>
+        inNamespace(from.ns, ["socat", "-T", "2", "-", `UDP:${address}:${port}`], { input: "ping\n" }).stdout.includes(`hello-${port}`);
+    const listen = (node: TestNode, address: string, port: number, proto: "TCP" | "UDP" = "TCP") => {
+        // A UDP listener reads the datagram before it answers (socat fails on an unread one).
+        const [kind, answer] = proto === "TCP" ? [`TCP-LISTEN:${port},reuseaddr`, `echo hello-${port}`] : [`UDP-RECVFROM:${port}`, `read -r -t 1 _; echo hello-${port}`];
+        listeners.push(spawnInNamespace(node.ns, `exec socat ${kind},bind=${address},fork SYSTEM:'${answer}'`, path.join(node.dir, "listeners.log")));
+    };
+
+    beforeAll(async () => {
+        work = fs.mkdtempSync(path.join(os.tmpdir(), "airlock-twin-tailscale-"));
+        for (const ns of [BRIDGE_NS, ...Object.values(nodes).map((n) => n.ns)]) {
+            run("ip", ["netns", "del", ns]);
+            ip("netns", "add", ns);
+            ip("-n", ns, "link", "set", "lo", "up");
+        }
+        ip("-n", BRIDGE_NS, "link", "add", "br0", "type", "bridge");
+        ip("-n", BRIDGE_NS, "addr", "add", `${CONTROL}/24`, "dev", "br0");
+        ip("-n", BRIDGE_NS, "addr", "add", `${UPSTREAM_RESOLVER}/24`, "dev", "br0");
+        ip("-n", BRIDGE_NS, "link", "set", "br0", "up");
+        let host = 10;
+        for (const [role, node] of Object.entries(nodes)) {
+            node.dir = path.join(work, role);
+            fs.mkdirSync(node.dir);
+            ip("link", "add", "eth0", "netns", node.ns, "type", "veth", "peer", "name", `p-${role}`, "netns", BRIDGE_NS);
+            ip("-n", BRIDGE_NS, "link", "set", `p-${role}`, "master", "br0", "up");
+            ip("-n", node.ns, "addr", "add", `${PUBLIC}.${host++}/24`, "dev", "eth0");
+            ip("-n", node.ns, "link", "set", "eth0", "up");
+            // What the twin's dnsmasq does for the guests: the control plane's name, a resolver.
+            fs.mkdirSync(`/etc/netns/${node.ns}`, { recursive: true });
+            fs.writeFileSync(`/etc/netns/${node.ns}/hosts`, `127.0.0.1 localhost\n${CONTROL} controlplane.tailscale.com\n`);
+            fs.writeFileSync(`/etc/netns/${node.ns}/resolv.conf`, `nameserver ${UPSTREAM_RESOLVER}\n`);
+        }
+        dnsmasq = spawnInNamespace(
+            BRIDGE_NS,
+            `exec dnsmasq --keep-in-foreground --no-resolv --no-hosts --bind-interfaces --listen-address=${UPSTREAM_RESOLVER} --address=/upstream.test/${PUBLIC}.99 --pid-file=${work}/dnsmasq.pid`,
+            path.join(work, "dnsmasq.log"),
+        );
+        const policyFile = path.join(work, "policy.hujson");
+        fs.writeFileSync(policyFile, tailnetPolicyText(renderTailnetPolicy({ gatewayTag: GATEWAY_TAG, sandboxTag: SANDBOX_TAG, tagOwners: ["autogroup:admin"] })));
+        coordinator = await startCoordinator({
+            netns: BRIDGE_NS,
+            address: CONTROL,
+            port: 80,
+            policyFile,
+            authKeys: Object.fromEntries(Object.values(keys).map((k) => [k.key, k.tags])),
+            logFile: path.join(work, "coordinator.log"),
+            // Short, so the replaced-sandbox test need not wait the default 45 s.
+            pollSeconds: 2,
+            offlineSeconds: 5,
+        });
+        for (const node of Object.values(nodes)) startDaemon(node);
+        for (const node of Object.values(nodes)) await waitForSocket(node);
+    }, 60_000);
+
+    afterAll(async () => {
+        for (const listener of listeners) listener.kill("SIGKILL");
+        for (const node of Object.values(nodes)) await stopDaemon(node);
+        dnsmasq?.kill("SIGTERM");
+        await coordinator?.stop();
+        for (const ns of [BRIDGE_NS, ...Object.values(nodes).map((n) => n.ns)]) {
+            run("ip", ["netns", "del", ns]);
+            fs.rmSync(`/etc/netns/${ns}`, { recursive: true, force: true });
+        }
+        if (work) fs.rmSync(work, { recursive: true, force: true });
+    }, 30_000);
+
+    it("the sandbox joins first, alone: a 100.64.0.0/10 address on tailscale0, and no gateway to find yet", () => {
+        const joined = join(nodes.sandbox, keys.sandbox.key, SANDBOX_HOST, SANDBOX_TAG, false);
+        expect(joined.stderr).toBe("");
+        expect(joined.status).toBe(0);
+        const own = tailnetIp(nodes.sandbox);
+        expect(own.status).toBe(0);
+        expect(own.stdout.trim()).toMatch(/^100\.(6[4-9]|[7-9]\d|1[01]\d|12[0-7])\.\d+\.\d+$/);
+        const link = inNamespace(nodes.sandbox.ns, ["ip", "-4", "-o", "addr", "show", "dev", "tailscale0"]).stdout;
+        expect(link).toContain(`inet ${own.stdout.trim()}/32`);
+        const gateway = tailnetIp(nodes.sandbox, GATEWAY_HOST);
+        expect(gateway.status).toBe(1);
+        expect(gateway.stdout).toBe("");
+    });
+
+    it("an auth key is good once: a reused key, an unknown key and tags the key does not carry are refused", () => {
+        const reused = join(nodes.other, keys.sandbox.key, "intruder", SANDBOX_TAG, false);
+        expect(reused.status).toBe(1);
+        expect(reused.stderr).toMatch(/invalid key: .*already been used/);
+        const unknown = join(nodes.other, newAuthKey([SANDBOX_TAG]).key, "intruder", SANDBOX_TAG, false);
+        expect(unknown.status).toBe(1);
+        expect(unknown.stderr).toMatch(/invalid key: .*does not exist/);
+        const wrongTag = join(nodes.other, keys.other.key, "intruder", GATEWAY_TAG, false);
+        expect(wrongTag.status).toBe(1);
+        expect(wrongTag.stderr).toMatch(/requested tags .*tag:airlock-dev-gateway.* not permitted/);
+        expect(tailnetIp(nodes.other).status).toBe(1);
+        // The refused attempts did not burn the key: it still joins with its own tag.
+        expect(join(nodes.other, keys.other.key, "other", OTHER_TAG, false).status).toBe(0);
+        expect(join(nodes.other, keys.other.key, "other-again", OTHER_TAG, false).status).toBe(0); // already joined: no new node
+    });
+
+    it("a gateway that joins minutes later is the sandbox's peer within seconds, and WireGuard carries pings both ways", async () => {
+        const joinedAt = Date.now();
+        const joined = join(nodes.gateway, keys.gateway.key, GATEWAY_HOST, GATEWAY_TAG, true);
+        expect(joined.stderr).toBe("");
+        expect(joined.status).toBe(0);
+        const gatewayIp = tailnetIp(nodes.gateway).stdout.trim();
+        let seen = "";
+        while (Date.now() - joinedAt < 10_000) {
+            seen = tailnetIp(nodes.sandbox, GATEWAY_HOST).stdout.trim();
+            if (seen) break;
+            await sleep(200);
+        }
+        expect(seen).toBe(gatewayIp);
+        const sandboxIp = tailnetIp(nodes.sandbox).stdout.trim();
+        expect(tailnetIp(nodes.gateway, SANDBOX_HOST).stdout.trim()).toBe(sandboxIp);
+        expect(inNamespace(nodes.gateway.ns, ["ping", "-c", "2", "-W", "3", sandboxIp]).status).toBe(0);
+        expect(inNamespace(nodes.sandbox.ns, ["ping", "-c", "2", "-W", "3", gatewayIp]).status).toBe(0);
+        // The peers' handshake as WireGuard itself reports it, over the public addresses.
+        const status = JSON.parse(cli(nodes.gateway, ["status", "--json"]).stdout);
+        const sandboxPeer = Object.values<any>(status.Peer).find((p) => p.HostName === SANDBOX_HOST);
+        expect(sandboxPeer.LastHandshake).toBeGreaterThan(0);
+        expect(sandboxPeer.CurAddr).toBe(`${PUBLIC}.11:41641`);
+        // A tag the policy grants nothing reaches nobody, not even with a ping.
+        expect(inNamespace(nodes.other.ns, ["ping", "-c", "1", "-W", "2", sandboxIp]).status).not.toBe(0);
+    }, 30_000);
+
+    it("enforces the rendered policy on tailscale0: the gateway reaches the sandbox's 22 and 9222 only, the sandbox the gateway's 53 only", () => {
+        const gatewayIp = tailnetIp(nodes.gateway).stdout.trim();
+        const sandboxIp = tailnetIp(nodes.sandbox).stdout.trim();
+        for (const port of [22, 9222, 80]) listen(nodes.sandbox, sandboxIp, port);
+        for (const port of [22, 53]) listen(nodes.gateway, gatewayIp, port);
+        listen(nodes.gateway, gatewayIp, 53, "UDP");
+        for (const [node, address, port] of [[nodes.sandbox, sandboxIp, 80], [nodes.gateway, gatewayIp, 22]] as const) {
+            // Each listener answers on its own host: what is refused below is refused by the filter.
+            let up = false;
+            for (let i = 0; i < 20 && !up; i++) up = tcpReaches(node, address, port);
+            expect(up).toBe(true);
+        }
+        expect(tcpReaches(nodes.gateway, sandboxIp, 22)).toBe(true);
+        expect(tcpReaches(nodes.gateway, sandboxIp, 9222)).toBe(true);
+        expect(tcpReaches(nodes.gateway, sandboxIp, 80)).toBe(false);
+        expect(tcpReaches(nodes.sandbox, gatewayIp, 53)).toBe(true);
+        expect(udpReaches(nodes.sandbox, gatewayIp, 53)).toBe(true);
+        expect(tcpReaches(nodes.sandbox, gatewayIp, 22)).toBe(false);
+        expect(tcpReaches(nodes.other, sandboxIp, 22)).toBe(false);
+        // In a table of its own, before NAT (the gateway redirects tailnet DNS), default deny.
+        const ruleset = inNamespace(nodes.sandbox.ns, ["nft", "list", "table", "inet", "tailscale-twin"]).stdout;
+        expect(ruleset).toMatch(/hook prerouting priority mangle/);
+        expect(ruleset).toMatch(/counter packets [1-9]\d* bytes \d+ drop/);
+    }, 60_000);
+
+    it("MagicDNS with --accept-dns=true: tailnet names on 100.100.100.100, the rest to the resolver named before; the sandbox's resolv.conf untouched", () => {
+        const sandboxIp = tailnetIp(nodes.sandbox).stdout.trim();
+        expect(inNamespace(nodes.gateway.ns, ["cat", "/etc/resolv.conf"]).stdout).toMatch(/^nameserver 100\.100\.100\.100$/m);
+        expect(inNamespace(nodes.gateway.ns, ["getent", "ahostsv4", SANDBOX_HOST]).stdout).toContain(sandboxIp);
+        expect(inNamespace(nodes.gateway.ns, ["getent", "ahostsv4", "upstream.test"]).stdout).toContain(`${PUBLIC}.99`);
+        expect(inNamespace(nodes.gateway.ns, ["getent", "ahostsv4", "nosuchnode.tailnet-twin.ts.net"]).status).not.toBe(0);
+        expect(inNamespace(nodes.sandbox.ns, ["cat", "/etc/resolv.conf"]).stdout).toBe(`nameserver ${UPSTREAM_RESOLVER}\n`);
+    });
+
+    it("the LocalAPI changes nothing for a user who is not root", () => {
+        fs.chmodSync(work, 0o755);
+        fs.chmodSync(nodes.sandbox.dir, 0o755);
+        const down = cli(nodes.sandbox, ["down"], "nobody");
+        expect(down.status).toBe(1);
+        expect(down.stderr).toMatch(/access denied/);
+        expect(tailnetIp(nodes.sandbox).status).toBe(0);
+    });
+
+    it("a restarted tailscaled comes back with its saved node key and address, no auth key needed", async () => {
+        const before = tailnetIp(nodes.sandbox).stdout.trim();
+        await stopDaemon(nodes.sandbox);
+        expect(inNamespace(nodes.sandbox.ns, ["ip", "link", "show", "dev", "tailscale0"]).status).not.toBe(0);
+        startDaemon(nodes.sandbox);
+        await waitForSocket(nodes.sandbox);
+        let after = "";
+        for (let i = 0; i < 50 && !after; i++) {
+            after = tailnetIp(nodes.sandbox).stdout.trim();
+            if (!after) await sleep(200);
+        }
+        expect(after).toBe(before);
+        expect(inNamespace(nodes.gateway.ns, ["ping", "-c", "1", "-W", "3", before]).status).toBe(0);
+    }, 30_000);
+
+    it("a replaced sandbox (a new server, a new key, the old one gone without a word) takes over the name: the gateway finds and reaches the new one", async () => {
+        const old = tailnetIp(nodes.sandbox).stdout.trim();
+        // Destroyed, as a server is: no logout, no cleanup.
+        nodes.sandbox.daemon!.kill("SIGKILL");
+        await sleep(500);
+        run("ip", ["netns", "del", nodes.sandbox.ns]);
+        ip("netns", "add", nodes.sandbox.ns);
+        ip("-n", nodes.sandbox.ns, "link", "set", "lo", "up");
+        ip("link", "add", "eth0", "netns", nodes.sandbox.ns, "type", "veth", "peer", "name", "p-sandbox2", "netns", BRIDGE_NS);
+        ip("-n", BRIDGE_NS, "link", "set", "p-sandbox2", "master", "br0", "up");
+        ip("-n", nodes.sandbox.ns, "addr", "add", `${PUBLIC}.11/24`, "dev", "eth0");
+        ip("-n", nodes.sandbox.ns, "link", "set", "eth0", "up");
+        nodes.sandbox.dir = path.join(work, "sandbox-replacement");
+        fs.mkdirSync(nodes.sandbox.dir);
+        startDaemon(nodes.sandbox);
+        await waitForSocket(nodes.sandbox);
+        const replacementKey = newAuthKey([SANDBOX_TAG]);
+        await coordinator.addAuthKey(replacementKey);
+        await sleep(6000); // the old node is offline now (offlineSeconds: 5)
+        const joined = join(nodes.sandbox, replacementKey.key, SANDBOX_HOST, SANDBOX_TAG, false);
+        expect(joined.stderr).toBe("");
+        const fresh = tailnetIp(nodes.sandbox).stdout.trim();
+        expect(fresh).not.toBe(old);
+        let seen = "";
+        for (let i = 0; i < 50 && seen !== fresh; i++) {
+            seen = tailnetIp(nodes.gateway, SANDBOX_HOST).stdout.trim();
+            if (seen !== fresh) await sleep(200);
+        }
+        expect(seen).toBe(fresh);
+        expect((await coordinator.nodes()).filter((n) => n.tags.includes(SANDBOX_TAG)).map((n) => n.name)).toEqual([SANDBOX_HOST]);
+        expect(inNamespace(nodes.gateway.ns, ["ping", "-c", "1", "-W", "3", fresh]).status).toBe(0);
+    }, 60_000);
+});
+
+describe.runIf(toolsAvailable("the stand-in's python", ["pyflakes3"]))("the stand-in's python", () => {
+    it.each(["tailscaled", "tailscale", "coordinator"])("%s: isolated python3 from Debian, and pyflakes finds nothing", (name) => {
+        const file = path.join(TWIN, name);
+        expect(fs.readFileSync(file, "utf8").split("\n")[0]).toBe("#!/usr/bin/python3 -IS");
+        const flakes = run("pyflakes3", [file]);
+        expect(flakes.stdout + flakes.stderr).toBe("");
+        expect(flakes.status).toBe(0);
+    });
+});
+
+
+describe.runIf(canRun)("the tailscale .deb", () => {
+    it("is the package Tailscale's repository would serve (name, dependencies, the binaries and unit where Tailscale puts them), built the same from the same sources", () => {
+        const out = fs.mkdtempSync(path.join(os.tmpdir(), "airlock-tailscale-deb-"));
+        try {
+            const deb = buildTailscaleDeb(out);
+            expect(path.basename(deb)).toBe(`tailscale_${TAILSCALE_DEB_VERSION}_all.deb`);
+            const field = (name: string) => run("dpkg-deb", ["--field", deb, name]).stdout.trim();
+            expect(field("Package")).toBe("tailscale");
+            expect(field("Depends")).toMatch(/python3.*wireguard-tools.*nftables/);
+            const contents = run("dpkg-deb", ["--contents", deb]).stdout;
+            expect(contents).toMatch(/-rwxr-xr-x root\/root .* \.\/usr\/sbin\/tailscaled\n/);
+            expect(contents).toMatch(/-rwxr-xr-x root\/root .* \.\/usr\/bin\/tailscale\n/);
+            expect(contents).toMatch(/-rw-r--r-- root\/root .* \.\/lib\/systemd\/system\/tailscaled\.service\n/);
+            expect(contents).toMatch(/-rw-r--r-- root\/root .* \.\/etc\/default\/tailscaled\n/);
+            const again = buildTailscaleDeb(path.join(out, "again"));
+            expect(fs.readFileSync(again).equals(fs.readFileSync(deb))).toBe(true);
+        } finally {
+            fs.rmSync(out, { recursive: true, force: true });
+        }
+    });
+});
+
+/**
+ * The package as a guest gets it: installed with dpkg into a Debian 12 root booted
+ * under its own systemd (systemd-nspawn), airlock's drop-in in place, joined by the
+ * rendered airlock-tailnet-join, its address read by the rendered airlock-tailnet-render,
+ * with a peer (tailscaled run directly) on the same coordinator.
+ */
+const canBoot = canRun && toolsAvailable("the tailscale package under systemd-nspawn", ["systemd-nspawn", "mmdebstrap", "nsenter", "apt-get"]);
+
+describe.runIf(canBoot)("the tailscale .deb, installed and run under systemd", () => {
+    const bridgeNs = "al-tsb-br";
+    const guestNs = "al-tsb-sb";
+    const peerNs = "al-tsb-gw";
+    const subnet = "198.18.78";
+    const control = `${subnet}.3`;
+    let work: string;
+    let coordinator: Coordinator;
+    let host: BootedHost | undefined;
+    let peer: ChildProcess | undefined;
+    const sandboxKey = newAuthKey([SANDBOX_TAG]);
+    const gatewayKey = newAuthKey([GATEWAY_TAG]);
+    const cfg = readStackFile(stackFile("dev"));
+    const rendered = renderHosts(cfg).sandbox;
+    const peerCli = (args: string[]) => inNamespace(peerNs, [path.join(TWIN, "tailscale"), `--socket=${work}/peer/tailscaled.sock`, ...args]);
+
+    beforeAll(async () => {
+        const tarball = debianRootfs();
+        work = fs.mkdtempSync("/var/tmp/airlock-tailscale-boot-");
+        const debs = path.join(work, "debs");
+        buildTailscaleDeb(debs);
+        // Its dependencies from Debian, as the twin's mirror carries them (wireguard-go for a
+        // kernel without WireGuard, like this machine's; a guest's Debian kernel has it).
+        const fetched = run("apt-get", ["download", "wireguard-tools", "wireguard-go"], { cwd: debs, timeout: 120_000 });
+        if (fetched.status !== 0) throw new Error(`apt-get download: ${fetched.stderr}`);
+
+        const root = path.join(work, "root");
+        extractRootfs(tarball, root);
+        fs.mkdirSync(path.join(root, "var/tmp/debs"), { recursive: true });
+        for (const file of fs.readdirSync(debs)) fs.copyFileSync(path.join(debs, file), path.join(root, "var/tmp/debs", file));
+        // What cloud-init writes before runcmd, as the plan renders it.
+        for (const file of rendered.files.filter((f) => /tailnet-join|tailnet-render|tailscaled\.service\.d/.test(f.path))) {
+            fs.mkdirSync(path.dirname(path.join(root, file.path)), { recursive: true });
+            fs.writeFileSync(path.join(root, file.path), file.content, { mode: parseInt(file.permissions, 8) });
+        }
+        fs.mkdirSync(path.join(root, "etc/airlock"), { recursive: true });
+        fs.writeFileSync(path.join(root, "etc/airlock/tailnet-authkey"), `${sandboxKey.key}\n`, { mode: 0o600 });
+        // The twin's DNS answers this name; here the guest's hosts file does.
+        fs.appendFileSync(path.join(root, "etc/hosts"), `${control} controlplane.tailscale.com\n`);
+
+        for (const ns of [bridgeNs, guestNs, peerNs]) {
+            run("ip", ["netns", "del", ns]);
+            ip("netns", "add", ns);
+            ip("-n", ns, "link", "set", "lo", "up");
+        }
+        ip("-n", bridgeNs, "link", "add", "br0", "type", "bridge");
+        ip("-n", bridgeNs, "addr", "add", `${control}/24`, "dev", "br0");
+        ip("-n", bridgeNs, "link", "set", "br0", "up");
+        for (const [ns, address] of [[guestNs, `${subnet}.11`], [peerNs, `${subnet}.10`]]) {
+            ip("link", "add", "eth0", "netns", ns, "type", "veth", "peer", `name`, `p-${ns}`, "netns", bridgeNs);
+            ip("-n", bridgeNs, "link", "set", `p-${ns}`, "master", "br0", "up");
+            ip("-n", ns, "addr", "add", `${address}/24`, "dev", "eth0");
+            ip("-n", ns, "link", "set", "eth0", "up");
+        }
+        fs.mkdirSync(`/etc/netns/${peerNs}`, { recursive: true });
+        fs.writeFileSync(`/etc/netns/${peerNs}/hosts`, `127.0.0.1 localhost\n${control} controlplane.tailscale.com\n`);
+
+        const policyFile = path.join(work, "policy.hujson");
+        fs.writeFileSync(policyFile, tailnetPolicyText(renderTailnetPolicy({ gatewayTag: GATEWAY_TAG, sandboxTag: SANDBOX_TAG, tagOwners: ["autogroup:admin"] })));
+        coordinator = await startCoordinator({
+            netns: bridgeNs,
+            address: control,
+            port: 80,
+            policyFile,
+            authKeys: { [sandboxKey.key]: sandboxKey.tags },
+            logFile: path.join(work, "coordinator.log"),
+        });
+        host = await bootRootfs(root, guestNs);
+    }, 900_000);
+
+    afterAll(async () => {
+        peer?.kill("SIGTERM");
+        await host?.stop();
+        await coordinator?.stop();
+        for (const ns of [bridgeNs, guestNs, peerNs]) run("ip", ["netns", "del", ns]);
+        fs.rmSync(`/etc/netns/${peerNs}`, { recursive: true, force: true });
+        if (work) fs.rmSync(work, { recursive: true, force: true });
+    }, 60_000);
+
+    it("dpkg installs it; like Tailscale's package its postinst enables and starts tailscaled, and install-tailscale's enable --now is a no-op", () => {
+        const installed = host!.exec(["sh", "-c", "dpkg -i /var/tmp/debs/*.deb"], { timeout: 120_000 });
+        expect(installed.stderr).not.toMatch(/dpkg: error|dependency problems/);
+        expect(installed.status).toBe(0);
+        expect(host!.exec(["dpkg-query", "-W", "-f=${Status} ${Version}", "tailscale"]).stdout).toBe(`install ok installed ${TAILSCALE_DEB_VERSION}`);
+        expect(host!.exec(["systemctl", "is-enabled", "tailscaled.service"]).stdout.trim()).toBe("enabled");
+        expect(host!.exec(["systemctl", "is-active", "tailscaled.service"]).stdout.trim()).toBe("active");
+        expect(host!.exec(["systemctl", "enable", "--now", "tailscaled.service"]).status).toBe(0);
+    }, 180_000);
+
+    it("its LocalAPI socket is /run/tailscale/tailscaled.sock, in a directory only root can enter (airlock's drop-in)", () => {
+        expect(host!.exec(["stat", "-c", "%a %U", "/run/tailscale"]).stdout.trim()).toBe("700 root");
+        expect(host!.exec(["test", "-S", "/run/tailscale/tailscaled.sock"]).status).toBe(0);
+        expect(JSON.parse(host!.exec(["tailscale", "status", "--json"]).stdout).BackendState).toBe("NeedsLogin");
+        const asNobody = host!.exec(["runuser", "-u", "nobody", "--", "tailscale", "status", "--json"]);
+        expect(asNobody.status).not.toBe(0);
+        expect(asNobody.stderr).toMatch(/Permission denied/);
+    });
+
+    it("the rendered airlock-tailnet-join joins with the key file and shreds it; airlock-tailnet-render finds the gateway that joins later", async () => {
+        const joined = host!.exec(["/usr/local/sbin/airlock-tailnet-join"], { timeout: 120_000 });
+        expect(joined.stderr).toBe("");
+        expect(joined.status).toBe(0);
+        const own = joined.stdout.trim();
+        expect(own).toMatch(/^100\.\d+\.\d+\.\d+$/);
+        expect(host!.exec(["test", "-e", "/etc/airlock/tailnet-authkey"]).status).not.toBe(0);
+        expect(host!.exec(["ip", "-4", "-o", "addr", "show", "dev", "tailscale0"]).stdout).toContain(`inet ${own}/32`);
+
+        // The gateway joins after the sandbox is up, as in a deploy where it boots later.
+        const template = "listen @TAILNET_IPV4@\nresolver @RESOLVER_IPV4@\n";
+        host!.exec(["sh", "-c", `printf '${template}' >/var/tmp/render.in`]);
+        const rendering = host!.exec(["sh", "-c", `AIRLOCK_TAILNET_WAIT_SECONDS=60 /usr/local/sbin/airlock-tailnet-render --resolver ${cfg.hostnames.gateway} /var/tmp/render.in /var/tmp/render.out >/var/tmp/render.log 2>&1 &`]);
+        expect(rendering.status).toBe(0);
+        await coordinator.addAuthKey(gatewayKey);
+        fs.mkdirSync(path.join(work, "peer"));
+        peer = spawnInNamespace(peerNs, `exec ${TWIN}/tailscaled --state=${work}/peer/tailscaled.state --socket=${work}/peer/tailscaled.sock`, path.join(work, "peer.log"));
+        for (let i = 0; i < 50 && !fs.existsSync(`${work}/peer/tailscaled.sock`); i++) await sleep(100);
+        fs.writeFileSync(path.join(work, "peer", "key"), gatewayKey.key, { mode: 0o600 });
+        const up = peerCli(["up", `--auth-key=file:${work}/peer/key`, `--hostname=${cfg.hostnames.gateway}`, `--advertise-tags=${GATEWAY_TAG}`, "--accept-routes=false", "--accept-dns=false"]);
+        expect(up.stderr).toBe("");
+        const gatewayIp = peerCli(["ip", "-4"]).stdout.trim();
+        expect(await host!.waitFor(["test", "-s", "/var/tmp/render.out"], 20)).toBe(true);
+        expect(host!.exec(["cat", "/var/tmp/render.log"]).stdout).toContain(`/var/tmp/render.out written for ${own} (resolver ${gatewayIp})`);
+        expect(host!.exec(["cat", "/var/tmp/render.out"]).stdout).toBe(`listen ${own}\nresolver ${gatewayIp}\n`);
+        expect(inNamespace(peerNs, ["ping", "-c", "2", "-W", "3", own]).status).toBe(0);
+    }, 120_000);
+
+    it("restarts with its state from /var/lib/tailscale, and its stop removes tailscale0 and its filter", async () => {
+        const before = host!.exec(["tailscale", "ip", "-4"]).stdout.trim();
+        expect(host!.exec(["systemctl", "restart", "tailscaled.service"]).status).toBe(0);
+        expect(await host!.waitFor(["sh", "-c", `tailscale ip -4 | grep -qx ${before}`], 20)).toBe(true);
+        expect(host!.exec(["systemctl", "stop", "tailscaled.service"]).status).toBe(0);
+        expect(host!.exec(["ip", "link", "show", "dev", "tailscale0"]).status).not.toBe(0);
+        expect(host!.exec(["nft", "list", "table", "inet", "tailscale-twin"]).status).not.toBe(0);
+    }, 60_000);
+});

@@ -1,0 +1,217 @@
+import { spawn } from "node:child_process";
+import * as crypto from "node:crypto";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { ensureArchiveKey } from "./archive-key";
+import { ensureCa } from "./ca";
+import { TWIN_CACHE_DIR } from "./contract";
+import { TWIN_SOURCES } from "./sources";
+
+/**
+ * The twin's base image: Debian 12 as a cloud server, close to Hetzner's
+ * debian-12 image. mmdebstrap builds the tree from Debian's registry (the
+ * packages in base-image/packages), the customize hook makes it a cloud image
+ * that trusts the twin's CA and archive key, mkfs.ext4 -d writes it into the
+ * first partition of a raw disk (no loop device, no boot loader: QEMU boots
+ * the kernel and initrd extracted here with root=/dev/vda1), qemu-img makes it
+ * qcow2. Guests run on overlays of it. Cached under base-<hash of every input>/
+ * and built in a temporary directory renamed into place, so a cached image is
+ * always complete.
+ */
+
+const SOURCES = path.join(TWIN_SOURCES, "base-image");
+export const BASE_PACKAGES_FILE = path.join(SOURCES, "packages");
+const CUSTOMIZE_HOOK = path.join(SOURCES, "customize");
+const FILES = path.join(SOURCES, "files");
+
+/** How the image is made, beyond its source files: a change here is a new image too. */
+const RECIPE = {
+    suite: "bookworm",
+    variant: "apt",
+    // The build fetches from Debian; the guests' own sources are in files/etc/apt/sources.list.
+    mirrors: [
+        "deb http://deb.debian.org/debian bookworm main",
+        "deb http://deb.debian.org/debian bookworm-updates main",
+        "deb http://deb.debian.org/debian-security bookworm-security main",
+    ],
+    /** Room for the packages, images and databases user_data brings (the qcow2 holds only what is written). */
+    diskBytes: 8 * 1024 ** 3,
+    /** The partition starts at 1 MiB, as partitioning tools place it. */
+    partitionOffset: 1024 ** 2,
+    fsLabel: "twin-root",
+};
+
+/** root= on the guest's kernel command line. */
+export const BASE_ROOT_DEVICE = "/dev/vda1";
+
+export interface BaseImage {
+    dir: string;
+    kernel: string;
+    initrd: string;
+    /** qcow2; guests boot overlays of it, never the file itself. */
+    disk: string;
+    /** `<package> <version>` per line: every package installed in the image. */
+    manifest: string;
+    /** The image's /var/lib/dpkg/status: what apt in a guest starts from (the mirror resolves against it). */
+    dpkgStatus: string;
+}
+
+export interface BaseImageInputs {
+    packages: string[];
+    /** Every file that shapes the image, by a name stable across checkouts, with its content. */
+    files: Record<string, string>;
+}
+
+/** The package names of a package list file (comments and blank lines skipped). */
+export function readPackageList(file: string): string[] {
+    return fs
+        .readFileSync(file, "utf8")
+        .split("\n")
+        .map((line) => line.replace(/#.*/, "").trim())
+        .filter((line) => line !== "");
+}
+
+function listFiles(dir: string, prefix = ""): string[] {
+    return fs.readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+        const rel = path.join(prefix, entry.name);
+        return entry.isDirectory() ? listFiles(path.join(dir, entry.name), rel) : [rel];
+    });
+}
+
+export function baseImageInputs(options: { packagesFile?: string; caCert: string; archiveKey: string }): BaseImageInputs {
+    const packagesFile = options.packagesFile ?? BASE_PACKAGES_FILE;
+    const files: Record<string, string> = {
+        packages: fs.readFileSync(packagesFile, "utf8"),
+        customize: fs.readFileSync(CUSTOMIZE_HOOK, "utf8"),
+        "ca.crt": fs.readFileSync(options.caCert, "utf8"),
+        "archive-key.gpg": fs.readFileSync(options.archiveKey).toString("base64"),
+    };
+    for (const rel of listFiles(FILES).sort()) files[`files/${rel}`] = fs.readFileSync(path.join(FILES, rel), "utf8");
+    return { packages: readPackageList(packagesFile), files };
+}
+
+/** The cache key: changes with the package list, the hook, the files, the CA, the archive key and the recipe. */
+export function baseImageKey(inputs: BaseImageInputs): string {
+    const hash = crypto.createHash("sha256").update(JSON.stringify({ recipe: RECIPE, packages: inputs.packages }));
+    for (const name of Object.keys(inputs.files).sort()) hash.update(`\0${name}\0${inputs.files[name]}`);
+    return hash.digest("hex").slice(0, 16);
+}
+
+function imageIn(dir: string): BaseImage {
+    return {
+        dir,
+        kernel: path.join(dir, "vmlinuz"),
+        initrd: path.join(dir, "initrd.img"),
+        disk: path.join(dir, "disk.qcow2"),
+        manifest: path.join(dir, "manifest"),
+        dpkgStatus: path.join(dir, "dpkg-status"),
+    };
+}
+
+/** The cached image for `key`, or undefined when it has not been built. */
+export function cachedBaseImage(key: string, cacheDir = TWIN_CACHE_DIR): BaseImage | undefined {
+    const image = imageIn(path.join(cacheDir, `base-${key}`));
+    return fs.existsSync(image.disk) ? image : undefined;
+}
+
+/** Runs a build step with its output appended to `logFile`; rejects with the log's tail. */
+function step(logFile: string, cmd: string, args: string[], env: NodeJS.ProcessEnv = {}): Promise<void> {
+    fs.appendFileSync(logFile, `$ ${cmd} ${args.join(" ")}\n`);
+    const out = fs.openSync(logFile, "a");
+    const child = spawn(cmd, args, { stdio: ["ignore", out, out], env: { ...process.env, ...env } });
+    fs.closeSync(out);
+    return new Promise((resolve, reject) => {
+        child.on("error", reject);
+        child.on("exit", (code, signal) => {
+            if (code === 0) return resolve();
+            const tail = fs.readFileSync(logFile, "utf8").slice(-3000);
+            reject(new Error(`${cmd} failed (${signal ?? `exit ${code}`}); the end of ${logFile}:\n${tail}`));
+        });
+    });
+}
+
+function onlyFile(dir: string, prefix: string): string {
+    const found = fs.readdirSync(dir).filter((name) => name.startsWith(prefix));
+    if (found.length !== 1) throw new Error(`base image: expected one ${prefix}* in ${dir}, found ${found.length}`);
+    return path.join(dir, found[0]);
+}
+
+/**
+ * Removes a failed build, unless something is still mounted inside it (an
+ * interrupted mmdebstrap can leave /dev or /proc bound there): deleting through
+ * such a mount would delete the host's own files.
+ */
+function removeUnlessMounted(staging: string): void {
+    const mounts = fs.readFileSync("/proc/self/mounts", "utf8").split("\n").map((line) => line.split(" ")[1] ?? "");
+    if (mounts.some((mount) => mount.startsWith(staging + "/"))) {
+        throw new Error(`base image: ${staging} still has mounts inside; unmount them, then remove it`);
+    }
+    fs.rmSync(staging, { recursive: true, force: true });
+}
+
+/** The base image for the current inputs: the cached one, or a new build (a few minutes). */
+export async function ensureBaseImage(log: (line: string) => void, cacheDir = TWIN_CACHE_DIR): Promise<BaseImage> {
+    const ca = ensureCa(cacheDir);
+    const archiveKey = ensureArchiveKey(cacheDir);
+    const inputs = baseImageInputs({ caCert: ca.cert, archiveKey: archiveKey.publicKey });
+    const key = baseImageKey(inputs);
+    const cached = cachedBaseImage(key, cacheDir);
+    if (cached) {
+        log(`base image: cached ${cached.dir}`);
+        return cached;
+    }
+
+    const started = Date.now();
+    const dir = path.join(cacheDir, `base-${key}`);
+    const staging = fs.mkdtempSync(path.join(cacheDir, `.base-${key}-`));
+    fs.chmodSync(staging, 0o755);
+    const logFile = path.join(staging, "build.log");
+    const rootfs = path.join(staging, "rootfs");
+    const raw = path.join(staging, "disk.raw");
+    const image = imageIn(staging);
+    try {
+        log(`base image: building ${dir} (mmdebstrap, a few minutes; log ${logFile})`);
+        await step(
+            logFile,
+            "mmdebstrap",
+            [
+                `--variant=${RECIPE.variant}`,
+                `--include=${inputs.packages.join(",")}`,
+                `--customize-hook=${CUSTOMIZE_HOOK}`,
+                RECIPE.suite,
+                rootfs,
+                ...RECIPE.mirrors,
+            ],
+            { AIRLOCK_TWIN_FILES: FILES, AIRLOCK_TWIN_CA_CERT: ca.cert, AIRLOCK_TWIN_ARCHIVE_KEY: archiveKey.publicKey },
+        );
+        fs.copyFileSync(onlyFile(path.join(rootfs, "boot"), "vmlinuz-"), image.kernel);
+        fs.copyFileSync(onlyFile(path.join(rootfs, "boot"), "initrd.img-"), image.initrd);
+        fs.copyFileSync(path.join(rootfs, "var/lib/dpkg/status"), image.dpkgStatus);
+        await step(image.manifest + ".log", "sh", ["-c", `dpkg-query --admindir="$1/var/lib/dpkg" -W -f '\${Package} \${Version}\\n' | sort >"$2"`, "sh", rootfs, image.manifest]);
+        fs.rmSync(image.manifest + ".log");
+
+        log("base image: writing the disk (mkfs.ext4 -d, qemu-img)");
+        fs.writeFileSync(raw, "");
+        fs.truncateSync(raw, RECIPE.diskBytes);
+        const sfdisk = `label: dos\nstart=${RECIPE.partitionOffset / 512}, type=83, bootable\n`;
+        const layout = path.join(staging, "partitions.sfdisk");
+        fs.writeFileSync(layout, sfdisk);
+        await step(logFile, "sh", ["-c", 'sfdisk --quiet "$1" <"$2"', "sh", raw, layout]);
+        const fsKiB = (RECIPE.diskBytes - RECIPE.partitionOffset) / 1024;
+        await step(logFile, "mkfs.ext4", ["-q", "-F", "-L", RECIPE.fsLabel, "-d", rootfs, "-E", `offset=${RECIPE.partitionOffset}`, raw, `${fsKiB}k`]);
+        fs.rmSync(rootfs, { recursive: true, force: true });
+        await step(logFile, "qemu-img", ["convert", "-f", "raw", "-O", "qcow2", raw, image.disk]);
+        fs.rmSync(raw);
+        fs.rmSync(layout);
+        fs.writeFileSync(path.join(staging, "inputs.json"), JSON.stringify({ key, recipe: RECIPE, packages: inputs.packages }, null, 2) + "\n");
+        fs.renameSync(staging, dir);
+    } catch (err) {
+        removeUnlessMounted(staging);
+        // A concurrent build of the same inputs finished first: use it.
+        const other = cachedBaseImage(key, cacheDir);
+        if (other) return other;
+        throw err;
+    }
+    log(`base image: built ${dir} in ${Math.round((Date.now() - started) / 1000)} s`);
+    return imageIn(dir);
+}

@@ -1,0 +1,188 @@
+import { spawnSync } from "node:child_process";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { GUESTS, GuestRole, twinNetns } from "./contract";
+import { alive, runDirOf, tapOf, TwinError } from "./network";
+import { ExecOptions, ExecResult, guestExec, Qga } from "./qga";
+
+/**
+ * The guests: QEMU under TCG (no usable KVM here), booted with the base image's
+ * kernel on a qcow2 overlay of its disk, inside the twin's namespace. What makes
+ * cloud-init see Hetzner: SMBIOS manufacturer Hetzner with the server id as
+ * serial (the metadata's instance-id), and the hcloud Volume as a SCSI disk from
+ * vendor HC, product Volume, serial <volume id>.
+ */
+
+export interface BootFiles {
+    kernel: string;
+    initrd: string;
+    /** The base image (qcow2); never written, guests get overlays. */
+    disk: string;
+    rootDevice: string;
+}
+
+export interface GuestLaunch {
+    role: GuestRole;
+    instanceId: string;
+    /** The sandbox's workspace volume (a qcow2 that outlives the guest). */
+    volume?: { file: string; id: string };
+}
+
+/** Memory per guest: Hetzner's cx22 has 4 GiB, the twin gives at most 2 GiB. */
+export const GUEST_MEMORY_MB = 2048;
+/** TCG's translation cache (MiB): the default (1 GiB) costs RSS for little speed here. */
+const TCG_CACHE_MB = 256;
+
+export const guestDir = (stack: string, role: GuestRole) => path.join(runDirOf(stack), role);
+export const qgaSocket = (stack: string, role: GuestRole) => path.join(guestDir(stack, role), "qga.sock");
+export const consoleLog = (stack: string, role: GuestRole) => path.join(guestDir(stack, role), "console.log");
+const pidFile = (stack: string, role: GuestRole) => path.join(guestDir(stack, role), "qemu.pid");
+
+export function qemuArgs(stack: string, launch: GuestLaunch, boot: BootFiles, overlay: string): string[] {
+    const dir = guestDir(stack, launch.role);
+    const guest = GUESTS[launch.role];
+    const args = [
+        "qemu-system-x86_64",
+        "-name", `airlock-twin-${stack}-${launch.role}`,
+        "-machine", "pc",
+        "-accel", `tcg,tb-size=${TCG_CACHE_MB}`,
+        "-cpu", "qemu64",
+        "-smp", "2",
+        "-m", String(GUEST_MEMORY_MB),
+        "-nodefaults", "-no-user-config", "-display", "none",
+        "-kernel", boot.kernel,
+        "-initrd", boot.initrd,
+        "-append", `root=${boot.rootDevice} console=ttyS0`,
+        "-smbios", `type=1,manufacturer=Hetzner,product=vServer,serial=${launch.instanceId}`,
+        "-drive", `file=${overlay},if=virtio,format=qcow2,cache=unsafe,discard=unmap`,
+        "-netdev", `tap,id=public,ifname=${tapOf(launch.role)},script=no,downscript=no`,
+        "-device", `virtio-net-pci,netdev=public,mac=${guest.mac}`,
+        "-object", "rng-random,id=rng,filename=/dev/urandom",
+        "-device", "virtio-rng-pci,rng=rng",
+        "-serial", `file:${path.join(dir, "console.log")}`,
+        "-chardev", `socket,id=qga,path=${qgaSocket(stack, launch.role)},server=on,wait=off`,
+        "-device", "virtio-serial-pci",
+        "-device", "virtserialport,chardev=qga,name=org.qemu.guest_agent.0",
+        "-daemonize", "-pidfile", pidFile(stack, launch.role),
+    ];
+    if (launch.volume) {
+        args.push(
+            "-drive", `file=${launch.volume.file},if=none,id=volume,format=qcow2,cache=writeback`,
+            "-device", "virtio-scsi-pci,id=scsi",
+            "-device", `scsi-hd,bus=scsi.0,drive=volume,vendor=HC,product=Volume,serial=${launch.volume.id}`,
+        );
+    }
+    return args;
+}
+
+function must(cmd: string, args: string[]): void {
+    const result = spawnSync(cmd, args, { encoding: "utf8" });
+    if (result.error) throw new TwinError(`${cmd}: ${result.error.message}`);
+    if (result.status !== 0) throw new TwinError(`${cmd} ${args.join(" ")}: ${(result.stderr || result.stdout).trim()}`);
+}
+
+/** Creates the volume's qcow2 unless it exists (a replaced sandbox gets the same one). */
+export function ensureVolume(file: string, sizeGb: number): void {
+    if (fs.existsSync(file)) return;
+    must("qemu-img", ["create", "-q", "-f", "qcow2", file, `${sizeGb}G`]);
+}
+
+/** Boots a guest from a fresh overlay: a new server, as far as cloud-init can tell. */
+export function launchGuest(stack: string, launch: GuestLaunch, boot: BootFiles): void {
+    if (guestPid(stack, launch.role) !== undefined) throw new TwinError(`the ${launch.role} is already running`);
+    const dir = guestDir(stack, launch.role);
+    fs.rmSync(dir, { recursive: true, force: true });
+    fs.mkdirSync(dir, { recursive: true });
+    const overlay = path.join(dir, "disk.qcow2");
+    must("qemu-img", ["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", boot.disk, overlay]);
+    must("ip", ["netns", "exec", twinNetns(stack), ...qemuArgs(stack, launch, boot, overlay)]);
+}
+
+/** Boots a guest again from its existing overlay: the same server, powered on. */
+export function restartGuest(stack: string, launch: GuestLaunch, boot: BootFiles): void {
+    if (guestPid(stack, launch.role) !== undefined) throw new TwinError(`the ${launch.role} is already running`);
+    const overlay = path.join(guestDir(stack, launch.role), "disk.qcow2");
+    if (!fs.existsSync(overlay)) throw new TwinError(`the ${launch.role} has no disk to boot`);
+    must("ip", ["netns", "exec", twinNetns(stack), ...qemuArgs(stack, launch, boot, overlay)]);
+}
+
+export function guestPid(stack: string, role: GuestRole): number | undefined {
+    try {
+        const pid = Number(fs.readFileSync(pidFile(stack, role), "utf8").trim());
+        return pid > 1 && alive(pid) ? pid : undefined;
+    } catch {
+        return undefined;
+    }
+}
+
+/** Powers a guest off (as Hetzner's shutdown: ACPI, then hard after a grace period) and waits for QEMU to exit. */
+export async function stopGuest(stack: string, role: GuestRole, graceMs = 60_000): Promise<void> {
+    const pid = guestPid(stack, role);
+    if (pid === undefined) return;
+    if (graceMs > 0) {
+        try {
+            const qga = await Qga.connect(qgaSocket(stack, role), 3000);
+            try {
+                // Answers nothing on success: the guest goes away.
+                await qga.request("guest-shutdown", { mode: "powerdown" }, 2000).catch(() => undefined);
+            } finally {
+                qga.close();
+            }
+            const until = Date.now() + graceMs;
+            while (Date.now() < until && alive(pid)) await sleep(500);
+        } catch {
+            // no agent: pull the plug
+        }
+    }
+    if (alive(pid)) {
+        process.kill(pid, "SIGTERM");
+        const until = Date.now() + 10_000;
+        while (Date.now() < until && alive(pid)) await sleep(200);
+        if (alive(pid)) process.kill(pid, "SIGKILL");
+    }
+}
+
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Runs argv in the guest as root (qemu-guest-agent). */
+export function execInGuest(stack: string, role: GuestRole, argv: string[], options: ExecOptions = {}): Promise<ExecResult> {
+    if (guestPid(stack, role) === undefined) throw new TwinError(`the ${role} is not running`);
+    return guestExec(qgaSocket(stack, role), argv, options);
+}
+
+/** Waits until the guest agent answers (the guest has booted far enough to run commands). */
+export async function waitForAgent(stack: string, role: GuestRole, timeoutMs: number): Promise<void> {
+    const until = Date.now() + timeoutMs;
+    for (;;) {
+        if (guestPid(stack, role) === undefined) throw new TwinError(`the ${role} stopped while booting (see ${consoleLog(stack, role)})`);
+        try {
+            const qga = await Qga.connect(qgaSocket(stack, role), 3000);
+            qga.close();
+            return;
+        } catch {
+            if (Date.now() > until) throw new TwinError(`the ${role}'s guest agent did not answer within ${Math.round(timeoutMs / 1000)} s (see ${consoleLog(stack, role)})`);
+            await sleep(2000);
+        }
+    }
+}
+
+export interface CloudInitOutcome {
+    status: string;
+    detail: string;
+}
+
+/**
+ * Waits for first boot's end (cloud-init's boot-finished; `status --wait` alone
+ * returns early once a stage has reported an error), then `cloud-init status --long`.
+ */
+export async function waitForCloudInit(stack: string, role: GuestRole, timeoutMs: number): Promise<CloudInitOutcome> {
+    const until = Date.now() + timeoutMs;
+    await waitForAgent(stack, role, timeoutMs);
+    while ((await execInGuest(stack, role, ["test", "-e", "/var/lib/cloud/instance/boot-finished"])).code !== 0) {
+        if (Date.now() > until) throw new TwinError(`the ${role}'s first boot did not finish within ${Math.round(timeoutMs / 1000)} s (see ${consoleLog(stack, role)})`);
+        await sleep(3000);
+    }
+    const result = await execInGuest(stack, role, ["cloud-init", "status", "--long"]);
+    const status = /^status:\s*(\S+)/m.exec(result.stdout)?.[1] ?? "unknown";
+    return { status, detail: result.stdout.trim() };
+}

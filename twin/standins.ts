@@ -1,0 +1,115 @@
+import * as fs from "node:fs";
+import * as path from "node:path";
+import * as YAML from "yaml";
+import { readStackFile } from "../components/config/load";
+import { BUILT_SANDBOX_SHELL_PLACEHOLDER } from "../components/workloads/compose";
+import { planStack } from "../cli/offline";
+import { collectArtifacts } from "../cli/plan";
+import { BASE_ROOT_DEVICE, ensureBaseImage } from "./base-image";
+import { issueLeaf } from "./ca";
+import { CONTROL_ADDRESS, GuestRole, REGISTRY_ADDRESS, TWIN_CACHE_DIR, twinNetns } from "./contract";
+import { twinImages, twinRegistryNames } from "./images";
+import type { BootFiles } from "./guests";
+import { ensureMirror, startMirror } from "./mirror";
+import { daemonRunning, runDirOf, stopDaemon, TwinError } from "./network";
+import { fillRegistry, startRegistry } from "./registry";
+import { addCoordinatorAuthKey, buildTailscaleDeb, newAuthKey, startCoordinator } from "./tailscale";
+
+/**
+ * What the twin's other parts provide, behind one interface: the base image, the
+ * apt mirror and CA (twin-base), the Tailscale stand-in's coordinator
+ * (twin-tailscale), the registry and its images (twin-images).
+ */
+export interface StandIns {
+    bootFiles: BootFiles;
+    /** The fingerprint of the key that signs the twin's stand-in Tailscale repository. */
+    tailscaleKeyFingerprint: string;
+    /** A single-use, tagged join key from the coordinator. */
+    joinKey(role: GuestRole): Promise<string>;
+    /** "name:tag" -> the digest of the twin's image under that name. */
+    digestOf(reference: string): string;
+    /** The built sandbox shell's pinned reference, when the stack builds it. */
+    builtSandboxShell?: string;
+}
+
+export interface StandInOptions {
+    stack: string;
+    stackFile: string;
+    log: (line: string) => void;
+}
+
+/** Registry names the stack's images use beyond TWIN_NAMES (a built shell's registry): the twin's DNS answers them with its registry. */
+export function registryNames(stackFile: string): string[] {
+    return twinRegistryNames(readStackFile(stackFile));
+}
+
+export async function bootFiles(log: (line: string) => void): Promise<BootFiles> {
+    const base = await ensureBaseImage(log);
+    return { kernel: base.kernel, initrd: base.initrd, disk: base.disk, rootDevice: BASE_ROOT_DEVICE };
+}
+
+const pidFileOf = (stack: string, name: string) => path.join(runDirOf(stack), `${name}.pid`);
+const coordinatorSocket = (stack: string) => path.join(runDirOf(stack), "tailscale-coordinator.sock");
+
+/** Starts (or finds running) every stand-in of the stack's twin. */
+export async function startStandIns({ stack, stackFile, log }: StandInOptions): Promise<StandIns> {
+    const runDir = runDirOf(stack);
+    const base = await ensureBaseImage(log);
+    // What does not depend on deploy-time values: the packages user_data installs, the tailnet policy.
+    const plan = await planStack(stackFile, path.basename(stackFile).replace(/^Pulumi\.(.*)\.yaml$/, "$1"));
+    const artifacts = collectArtifacts(plan);
+    const packages = new Set<string>();
+    for (const role of ["gateway", "sandbox"]) for (const name of YAML.parse(artifacts.get(role)!["cloud-init.yaml"]).packages ?? []) packages.add(String(name));
+    const policy = artifacts.get("tailnet")?.["policy.hujson"];
+    if (policy === undefined) throw new TwinError("the plan renders no tailnet policy (out/<stack>/tailnet/policy.hujson)");
+    fs.writeFileSync(path.join(runDir, "tailnet-policy.hujson"), policy);
+
+    const deb = buildTailscaleDeb(path.join(TWIN_CACHE_DIR, "tailscale-deb"));
+    const mirror = await ensureMirror({ packages: [...packages].sort(), image: base, extraDebs: [deb], log });
+    if (!daemonRunning(stack, "mirror")) {
+        const running = await startMirror({ netns: twinNetns(stack), dir: mirror.dir, logFile: path.join(runDir, "mirror.log") });
+        fs.writeFileSync(pidFileOf(stack, "mirror"), `${running.pid}\n`);
+    }
+    if (!daemonRunning(stack, "coordinator")) {
+        await startCoordinator({
+            netns: twinNetns(stack),
+            address: CONTROL_ADDRESS,
+            port: 80,
+            policyFile: path.join(runDir, "tailnet-policy.hujson"),
+            authKeys: {},
+            logFile: path.join(runDir, "coordinator.log"),
+            adminSocket: coordinatorSocket(stack),
+            pidFile: pidFileOf(stack, "coordinator"),
+        });
+    }
+    // The stack's images, built from Debian packages (cached), served by digest under the names the stack uses.
+    const images = await twinImages(plan.config, log);
+    if (!daemonRunning(stack, "registry")) {
+        const storageDir = path.join(runDir, "registry");
+        await fillRegistry({ storageDir, images, log, workDir: path.join(runDir, "registry-fill") });
+        const tls = issueLeaf({ dnsNames: twinRegistryNames(plan.config), ips: [REGISTRY_ADDRESS], outDir: path.join(runDir, "registry-tls"), name: "registry" });
+        const registry = await startRegistry({ netns: twinNetns(stack), address: REGISTRY_ADDRESS, port: 443, certFile: tls.cert, keyFile: tls.key, storageDir, logFile: path.join(runDir, "registry.log") });
+        fs.writeFileSync(pidFileOf(stack, "registry"), `${registry.pid}\n`);
+    }
+    const pinned = new Map(images.map((image) => [image.reference, image.pinned]));
+    const tags: Record<GuestRole, string> = { gateway: plan.config.tailnet.gatewayTag, sandbox: plan.config.tailnet.sandboxTag };
+    return {
+        bootFiles: { kernel: base.kernel, initrd: base.initrd, disk: base.disk, rootDevice: BASE_ROOT_DEVICE },
+        tailscaleKeyFingerprint: mirror.fingerprint,
+        joinKey: async (role) => {
+            const key = newAuthKey([tags[role]]);
+            await addCoordinatorAuthKey(coordinatorSocket(stack), key);
+            return key.key;
+        },
+        digestOf: (reference) => {
+            const digest = pinned.get(reference)?.match(/@(sha256:[0-9a-f]{64})$/)?.[1];
+            if (!digest) throw new TwinError(`the twin has no image for ${reference}`);
+            return digest;
+        },
+        ...(pinned.has(BUILT_SANDBOX_SHELL_PLACEHOLDER) ? { builtSandboxShell: pinned.get(BUILT_SANDBOX_SHELL_PLACEHOLDER)! } : {}),
+    };
+}
+
+export function stopStandIns(stack: string): void {
+    for (const name of ["registry", "coordinator", "mirror"]) stopDaemon(stack, name);
+}

@@ -1,0 +1,335 @@
+import { spawnSync } from "node:child_process";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { GUESTS, GuestRole } from "./contract";
+import {
+    consoleLog,
+    ensureVolume,
+    execInGuest,
+    guestPid,
+    launchGuest,
+    restartGuest,
+    sleep,
+    stopGuest,
+    waitForAgent,
+    waitForCloudInit,
+} from "./guests";
+import { startBackupStandIn, stopBackupStandIn } from "./backup";
+import { publishMetadata, startMetadataService, stopMetadataService } from "./metadata";
+import { createNetwork, destroyNetwork, firewallOn, netnsExists, runDirOf, setFirewall, TwinError, writeFirewall } from "./network";
+import type { ExecOptions, ExecResult } from "./qga";
+import { bootFiles, registryNames, startStandIns, StandIns, stopStandIns } from "./standins";
+import { pinTailscaleKey, renderDeployment, TwinDeployment } from "./userdata";
+
+/**
+ * `airlock twin`: both hosts of a stack as QEMU guests on this machine, booted
+ * from the user_data the program renders, with stand-ins for Hetzner, Tailscale
+ * and the registries. State lives in /run/airlock-twin/<stack>/.
+ */
+
+export interface GuestState {
+    instanceId: string;
+    launchedAt: string;
+    readyAt?: string;
+    cloudInit?: string;
+}
+
+export interface TwinState {
+    stack: string;
+    stackFile: string;
+    agentUser: string;
+    hostnames: Record<GuestRole, string>;
+    volume: { id: string; file: string; sizeGb: number };
+    guests: Partial<Record<GuestRole, GuestState>>;
+}
+
+/** How long first boot may take under emulation before the twin gives up. */
+export const BOOT_TIMEOUT_MS = 40 * 60_000;
+
+const stateFile = (stack: string) => path.join(runDirOf(stack), "state.json");
+const keysDir = (stack: string) => path.join(runDirOf(stack), "keys");
+
+export type Log = (line: string) => void;
+
+export function readState(stack: string): TwinState | undefined {
+    try {
+        return JSON.parse(fs.readFileSync(stateFile(stack), "utf8")) as TwinState;
+    } catch {
+        return undefined;
+    }
+}
+
+function writeState(state: TwinState): void {
+    fs.writeFileSync(stateFile(state.stack), `${JSON.stringify(state, null, 2)}\n`);
+}
+
+/** The twin of `stack`, which must be up. */
+export function requireState(stack: string): TwinState {
+    const state = readState(stack);
+    if (!state || !netnsExists(stack)) throw new TwinError(`the twin of stack ${stack} is not up (airlock twin up --stack ${stack})`);
+    return state;
+}
+
+/** What the twin needs from this machine, as one clear line each. */
+export function preflight(): void {
+    if (process.getuid?.() !== 0) throw new TwinError("needs root (network namespaces, taps, QEMU)");
+    for (const [tool, pkg] of [
+        ["qemu-system-x86_64", "qemu-system-x86"],
+        ["qemu-img", "qemu-utils"],
+        ["dnsmasq", "dnsmasq-base"],
+        ["nft", "nftables"],
+        ["ssh-keygen", "openssh-client"],
+    ]) {
+        if (spawnSync("sh", ["-c", `command -v ${tool}`]).status !== 0) throw new TwinError(`needs ${tool} (apt-get install ${pkg})`);
+    }
+}
+
+/** An ed25519 key pair kept with the twin: generated once, reused by every boot of it. */
+function keyPair(stack: string, name: string): { publicKey: string; privateKey: string } {
+    const file = path.join(keysDir(stack), name);
+    if (!fs.existsSync(file)) {
+        fs.mkdirSync(keysDir(stack), { recursive: true, mode: 0o700 });
+        const made = spawnSync("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-C", name, "-f", file], { encoding: "utf8" });
+        if (made.status !== 0) throw new TwinError(`ssh-keygen: ${made.stderr.trim()}`);
+    }
+    // As the tls provider's publicKeyOpenssh: type and key, no comment.
+    const [type, key] = fs.readFileSync(`${file}.pub`, "utf8").trim().split(/\s+/);
+    return { publicKey: `${type} ${key}`, privateKey: fs.readFileSync(file, "utf8") };
+}
+
+/** Renders both hosts' user_data with this twin's deploy-time values. */
+export async function renderForTwin(stack: string, stackFile: string, standIns: StandIns): Promise<TwinDeployment> {
+    const hostKey = keyPair(stack, "sandbox-host-key");
+    const agentKey = keyPair(stack, "gateway-agent-key");
+    const deployment = await renderDeployment(
+        stackFile,
+        stack,
+        {
+            joinKeys: { gateway: await standIns.joinKey("gateway"), sandbox: await standIns.joinKey("sandbox") },
+            digestOf: (reference) => standIns.digestOf(reference),
+            ...(standIns.builtSandboxShell ? { builtSandboxShell: standIns.builtSandboxShell } : {}),
+            sandboxHostKey: { publicKeyOpenssh: `${hostKey.publicKey}\n`, privateKeyOpenssh: hostKey.privateKey },
+            agentPublicKey: `${agentKey.publicKey} twin-gateway-agent`,
+        },
+        path.join(runDirOf(stack), "render"),
+    );
+    for (const role of Object.keys(GUESTS) as GuestRole[]) deployment.userData[role] = pinTailscaleKey(deployment.userData[role], standIns.tailscaleKeyFingerprint);
+    return deployment;
+}
+
+let nextId = 0;
+/** A new server id (Hetzner's are numbers): a replaced server is a new instance to cloud-init. */
+function newInstanceId(): string {
+    return String(Math.floor(Date.now() / 1000) * 10 + (nextId++ % 10));
+}
+
+async function boot(stack: string, state: TwinState, deployment: TwinDeployment, role: GuestRole, standIns: StandIns, log: Log): Promise<void> {
+    const instanceId = newInstanceId();
+    publishMetadata(stack, role, {
+        hostname: deployment.hostnames[role],
+        instanceId,
+        location: deployment.location[role],
+        publicKeys: deployment.sshKeys,
+        userData: deployment.userData[role],
+    });
+    launchGuest(stack, { role, instanceId, ...(role === "sandbox" ? { volume: { file: state.volume.file, id: state.volume.id } } : {}) }, standIns.bootFiles);
+    state.guests[role] = { instanceId, launchedAt: new Date().toISOString() };
+    writeState(state);
+    log(`${role}: booting (instance ${instanceId}, console ${consoleLog(stack, role)})`);
+}
+
+/**
+ * The gateway generates the agent's ssh key at first boot and keeps one that is
+ * there already. A real first deploy then authorizes its public half on the
+ * sandbox with a second `pulumi up`; the twin does both at once: its key is
+ * authorized in the sandbox's user_data and placed for the agent as soon as
+ * cloud-init has created the user, long before airlock-gateway-agent-key runs.
+ */
+async function placeAgentKey(stack: string, agentUser: string, log: Log): Promise<void> {
+    const key = keyPair(stack, "gateway-agent-key");
+    await waitForAgent(stack, "gateway", BOOT_TIMEOUT_MS);
+    const until = Date.now() + BOOT_TIMEOUT_MS;
+    while ((await execInGuest(stack, "gateway", ["getent", "passwd", agentUser])).code !== 0) {
+        if (Date.now() > until) throw new TwinError(`the gateway never created ${agentUser}`);
+        await sleep(2000);
+    }
+    const script = [
+        "set -eu",
+        `home="$(getent passwd "$1" | cut -d: -f6)"`,
+        `test ! -e "$home/.ssh/id_ed25519"`,
+        `install -d -m 0700 -o "$1" -g "$1" "$home/.ssh"`,
+        `install -m 0600 -o "$1" -g "$1" /dev/stdin "$home/.ssh/id_ed25519"`,
+        `printf '%s\\n' "$2" | install -m 0644 -o "$1" -g "$1" /dev/stdin "$home/.ssh/id_ed25519.pub"`,
+    ].join("\n");
+    const placed = await execInGuest(stack, "gateway", ["sh", "-c", script, "sh", agentUser, `${key.publicKey} twin-gateway-agent`], { input: key.privateKey });
+    if (placed.code !== 0) throw new TwinError(`could not place the agent's key on the gateway: ${placed.stderr.trim() || `exit ${placed.code}`}`);
+    log(`gateway: the agent's ssh key placed for ${agentUser}`);
+}
+
+/**
+ * The twin boots the kernel and initrd from its cache, never the guest's /boot: the
+ * guest need not rebuild its initrd when packages trigger it (btrfs-progs does), which
+ * under emulation took 15 minutes and more per guest. Set before `packages:` runs
+ * (cloud-init's config stage starts minutes after the guest agent answers).
+ */
+async function skipInitramfsRebuilds(stack: string, role: GuestRole): Promise<void> {
+    await waitForAgent(stack, role, BOOT_TIMEOUT_MS);
+    const conf = "/etc/initramfs-tools/update-initramfs.conf";
+    const set = await execInGuest(stack, role, ["sed", "-i", "s/^update_initramfs=.*/update_initramfs=no/", conf]);
+    if (set.code !== 0) throw new TwinError(`the ${role}: cannot set update_initramfs=no in ${conf}: ${set.stderr.trim()}`);
+}
+
+async function awaitReady(stack: string, state: TwinState, role: GuestRole, log: Log): Promise<void> {
+    const outcome = await waitForCloudInit(stack, role, BOOT_TIMEOUT_MS);
+    const guest = state.guests[role]!;
+    guest.cloudInit = outcome.status;
+    guest.readyAt = new Date().toISOString();
+    writeState(readMerged(stack, role, guest));
+    const seconds = (Date.parse(guest.readyAt) - Date.parse(guest.launchedAt)) / 1000;
+    log(`${role}: cloud-init ${outcome.status} after ${seconds.toFixed(0)} s`);
+    if (outcome.status !== "done") throw new TwinError(`the ${role}'s first boot ended in cloud-init status ${outcome.status}:\n${outcome.detail}\n(see ${consoleLog(stack, role)})`);
+}
+
+/** The state on disk with one guest's entry replaced (the two boots finish in any order). */
+function readMerged(stack: string, role: GuestRole, guest: GuestState): TwinState {
+    const state = readState(stack)!;
+    state.guests[role] = guest;
+    return state;
+}
+
+export interface UpOptions {
+    stack: string;
+    stackFile: string;
+    log: Log;
+}
+
+export async function up({ stack, stackFile, log }: UpOptions): Promise<TwinState> {
+    preflight();
+    if (netnsExists(stack) || readState(stack)) throw new TwinError(`the twin of stack ${stack} is already up (airlock twin down --stack ${stack} first)`);
+    const started = Date.now();
+    fs.mkdirSync(runDirOf(stack), { recursive: true });
+    try {
+        createNetwork(stack, registryNames(stackFile));
+        startMetadataService(stack);
+        startBackupStandIn(stack);
+        const standIns = await startStandIns({ stack, stackFile, log });
+        const deployment = await renderForTwin(stack, stackFile, standIns);
+        const state: TwinState = {
+            stack,
+            stackFile: path.resolve(stackFile),
+            agentUser: deployment.plan.config.agent.user,
+            hostnames: deployment.hostnames,
+            volume: { id: deployment.volume.id, file: path.join(runDirOf(stack), "volume.qcow2"), sizeGb: deployment.volume.sizeGb },
+            guests: {},
+        };
+        writeState(state);
+        writeFirewall(stack, deployment.firewallRules);
+        setFirewall(stack, true);
+        ensureVolume(state.volume.file, state.volume.sizeGb);
+        await boot(stack, state, deployment, "gateway", standIns, log);
+        await boot(stack, state, deployment, "sandbox", standIns, log);
+        await Promise.all([
+            skipInitramfsRebuilds(stack, "gateway").then(() => placeAgentKey(stack, state.agentUser, log)).then(() => awaitReady(stack, state, "gateway", log)),
+            skipInitramfsRebuilds(stack, "sandbox").then(() => awaitReady(stack, state, "sandbox", log)),
+        ]);
+        log(`twin of ${stack}: both hosts ready after ${((Date.now() - started) / 1000).toFixed(0)} s`);
+        return readState(stack)!;
+    } catch (err) {
+        log(`twin up failed; the guests stay up for inspection (airlock twin down --stack ${stack} removes them)`);
+        throw err;
+    }
+}
+
+/**
+ * Destroys the sandbox and boots a new one with the same volume (a new server:
+ * a new instance id and join key; the same host key, pinned on the gateway).
+ */
+export async function replaceSandbox(stack: string, log: Log): Promise<TwinState> {
+    preflight();
+    const state = requireState(stack);
+    const started = Date.now();
+    await stopGuest(stack, "sandbox");
+    log("sandbox: destroyed");
+    const standIns = await startStandIns({ stack, stackFile: state.stackFile, log });
+    const deployment = await renderForTwin(stack, state.stackFile, standIns);
+    await boot(stack, state, deployment, "sandbox", standIns, log);
+    await skipInitramfsRebuilds(stack, "sandbox");
+    await awaitReady(stack, state, "sandbox", log);
+    log(`sandbox replaced in ${((Date.now() - started) / 1000).toFixed(0)} s`);
+    return readState(stack)!;
+}
+
+/** Powers a guest off, keeping its disk (the boot-order test: a gateway that is down). */
+export async function stop(stack: string, role: GuestRole): Promise<void> {
+    requireState(stack);
+    await stopGuest(stack, role);
+}
+
+/** Powers a stopped guest on again from its own disk (not a new server: cloud-init does not run again). */
+export async function start(stack: string, role: GuestRole): Promise<void> {
+    const state = requireState(stack);
+    const guest = state.guests[role];
+    if (!guest) throw new TwinError(`the twin of ${stack} has no ${role}`);
+    restartGuest(stack, { role, instanceId: guest.instanceId, ...(role === "sandbox" ? { volume: { file: state.volume.file, id: state.volume.id } } : {}) }, await bootFiles(() => undefined));
+}
+
+export async function down(stack: string): Promise<void> {
+    preflight();
+    for (const role of Object.keys(GUESTS) as GuestRole[]) await stopGuest(stack, role, 0);
+    stopStandIns(stack);
+    stopMetadataService(stack);
+    stopBackupStandIn(stack);
+    destroyNetwork(stack);
+    fs.rmSync(runDirOf(stack), { recursive: true, force: true });
+}
+
+/** Runs a shell command line in a guest as root. */
+export function execAsRoot(stack: string, role: GuestRole, command: string, options: ExecOptions = {}): Promise<ExecResult> {
+    requireState(stack);
+    return execInGuest(stack, role, ["/bin/sh", "-c", command], options);
+}
+
+/**
+ * Runs a command line as the agent runtime on the gateway does: as the agent user,
+ * with ssh and the rendered /etc/ssh/ssh_config.d/ settings, to the sandbox, where
+ * sshd's ForceCommand wrapper runs it with docker exec. `env` is the agent's
+ * environment (what SendEnv may carry).
+ */
+export function execAsAgent(stack: string, command: string, env: Record<string, string> = {}, timeoutMs?: number): Promise<ExecResult> {
+    const state = requireState(stack);
+    return execInGuest(stack, "gateway", ["runuser", "-u", state.agentUser, "--", "ssh", state.hostnames.sandbox, command], { env, ...(timeoutMs ? { timeoutMs } : {}) });
+}
+
+export interface GuestStatus {
+    role: GuestRole;
+    state: "running" | "stopped";
+    publicAddress: string;
+    tailnetAddress?: string;
+    cloudInit?: string;
+    instanceId?: string;
+}
+
+export async function status(stack: string): Promise<{ stack: string; firewall: boolean; guests: GuestStatus[] }> {
+    const state = requireState(stack);
+    const guests: GuestStatus[] = [];
+    for (const role of Object.keys(GUESTS) as GuestRole[]) {
+        const running = guestPid(stack, role) !== undefined;
+        let tailnetAddress: string | undefined;
+        if (running) {
+            const ip = await execInGuest(stack, role, ["sh", "-c", "command -v tailscale >/dev/null && tailscale ip -4"], { timeoutMs: 10_000 }).catch(() => undefined);
+            tailnetAddress = ip?.code === 0 ? ip.stdout.trim() || undefined : undefined;
+        }
+        const guest = state.guests[role];
+        guests.push({
+            role,
+            state: running ? "running" : "stopped",
+            publicAddress: GUESTS[role].address,
+            ...(tailnetAddress ? { tailnetAddress } : {}),
+            ...(guest?.cloudInit ? { cloudInit: guest.cloudInit } : {}),
+            ...(guest ? { instanceId: guest.instanceId } : {}),
+        });
+    }
+    return { stack, firewall: firewallOn(stack), guests };
+}
+
+export { setFirewall, TwinError };

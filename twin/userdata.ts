@@ -1,0 +1,152 @@
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { diffLines } from "diff";
+import * as YAML from "yaml";
+import { planStack, PlannedResource, StackPlan } from "../cli/offline";
+import { GuestRole } from "./contract";
+import type { FirewallRule } from "./network";
+
+/**
+ * The user_data the twin boots: rendered by the project's own program, as
+ * `pulumi up` would, with only what a real deploy fills in at deploy time
+ * supplied by the twin (Pulumi's mocks play the providers):
+ *   - the tailnet join keys (the Tailscale stand-in's coordinator issues them),
+ *   - the image digests (the twin's registry holds the images),
+ *   - the sandbox's ssh host key pair (tls.PrivateKey: generated once per twin),
+ *   - the gateway agent's authorized key on the sandbox (a real first deploy's
+ *     second `pulumi up`, README "Deploy for real"),
+ * and one substitution that is not a deploy-time value: airlock-install-tailscale's
+ * pinned repository key fingerprint, for the twin's key that signs its stand-in
+ * repository (see pinTailscaleKey).
+ */
+
+export interface DeployTimeValues {
+    /** role -> the tailnet join key the coordinator issued for it. */
+    joinKeys: Record<GuestRole, string>;
+    /** "name:tag" as the stack writes it -> "sha256:..." in the twin's registry. */
+    digestOf(reference: string): string;
+    /** The built sandbox shell's digest-pinned reference (docker.Image's repoDigest), when the stack builds it. */
+    builtSandboxShell?: string;
+    sandboxHostKey: { publicKeyOpenssh: string; privateKeyOpenssh: string };
+    /** The gateway agent's public key, authorized on the sandbox. */
+    agentPublicKey: string;
+}
+
+export interface TwinDeployment {
+    plan: StackPlan;
+    userData: Record<GuestRole, string>;
+    /** The inbound rules of the firewall attached to each server. */
+    firewallRules: Record<GuestRole, FirewallRule[]>;
+    hostnames: Record<GuestRole, string>;
+    location: Record<GuestRole, string>;
+    /** The servers' ssh keys, as Hetzner's metadata lists them (public-keys). */
+    sshKeys: string[];
+    volume: { id: string; sizeGb: number };
+}
+
+const ROLE_LABEL = "airlock-role";
+
+/** The stack file with the gateway agent's key authorized (what `pulumi config set --path 'airlock:agent.authorizedKeys[0]'` does). */
+export function stackFileWithAgentKey(stackFile: string, agentPublicKey: string, outFile: string): string {
+    const doc = YAML.parseDocument(fs.readFileSync(stackFile, "utf8"));
+    doc.setIn(["config", "airlock:agent", "authorizedKeys"], doc.createNode([agentPublicKey.trim()]));
+    fs.mkdirSync(path.dirname(outFile), { recursive: true });
+    fs.writeFileSync(outFile, doc.toString({ lineWidth: 0 }));
+    return outFile;
+}
+
+export async function renderDeployment(stackFile: string, stack: string, values: DeployTimeValues, workDir: string): Promise<TwinDeployment> {
+    const withKey = stackFileWithAgentKey(stackFile, values.agentPublicKey, path.join(workDir, `Pulumi.${stack}.yaml`));
+    const plan = await planStack(withKey, stack, {
+        mode: "up",
+        deployed: (type, name) => {
+            if (type === "tailscale:index/tailnetKey:TailnetKey") return { key: values.joinKeys[roleOfName(name)] };
+            if (type === "tls:index/privateKey:PrivateKey") return { ...values.sandboxHostKey };
+            if (type === "docker:index/image:Image") {
+                if (!values.builtSandboxShell) throw new Error("the stack builds its sandbox shell (airlock:workloads.registry) and the twin has no image for it");
+                return { repoDigest: values.builtSandboxShell };
+            }
+            return {};
+        },
+        calls: (token, inputs) =>
+            token === "docker:index/getRegistryImage:getRegistryImage" ? { ...inputs, id: String(inputs.name), sha256Digest: values.digestOf(String(inputs.name)) } : undefined,
+    });
+    const servers = resourcesOf(plan, "hcloud:index/server:Server");
+    const firewalls = resourcesOf(plan, "hcloud:index/firewall:Firewall");
+    const volumes = resourcesOf(plan, "hcloud:index/volume:Volume");
+    if (volumes.length !== 1) throw new Error(`expected one hcloud volume in the plan, found ${volumes.length}`);
+    const byRole = <T>(list: PlannedResource[], pick: (r: PlannedResource) => T): Record<GuestRole, T> => {
+        const out: Partial<Record<GuestRole, T>> = {};
+        for (const r of list) out[roleOf(r)] = pick(r);
+        if (!out.gateway || !out.sandbox) throw new Error("the plan lacks a gateway or a sandbox");
+        return out as Record<GuestRole, T>;
+    };
+    return {
+        plan,
+        userData: byRole(servers, (r) => String(r.inputs.userData)),
+        firewallRules: byRole(firewalls, (r) => (r.inputs.rules ?? []) as FirewallRule[]),
+        hostnames: byRole(servers, (r) => String(r.inputs.name)),
+        location: byRole(servers, (r) => String(r.inputs.location)),
+        sshKeys: resourcesOf(plan, "hcloud:index/sshKey:SshKey").map((r) => String(r.inputs.publicKey)),
+        volume: { id: volumes[0].id, sizeGb: Number(volumes[0].inputs.size) },
+    };
+}
+
+function resourcesOf(plan: StackPlan, type: string): PlannedResource[] {
+    return plan.resources.filter((r) => r.type === type);
+}
+
+function roleOf(r: PlannedResource): GuestRole {
+    const role = (r.inputs.labels as Record<string, string> | undefined)?.[ROLE_LABEL];
+    if (role === "gateway" || role === "sandbox") return role;
+    return roleOfName(r.name);
+}
+
+function roleOfName(name: string): GuestRole {
+    if (/-gateway-/.test(name)) return "gateway";
+    if (/-sandbox-/.test(name)) return "sandbox";
+    throw new Error(`cannot tell which host ${name} belongs to`);
+}
+
+/** The fingerprint airlock-install-tailscale pins, as the plan renders it. */
+const PINNED_FINGERPRINT = /(readonly FINGERPRINT=\\?")([0-9A-F]{40})(\\?")/;
+
+/**
+ * The one change to user_data beyond deploy-time values: the twin cannot serve
+ * Tailscale's repository signed with Tailscale's key, so it pins its own key's
+ * fingerprint in airlock-install-tailscale. Exactly one occurrence is replaced.
+ */
+export function pinTailscaleKey(userData: string, fingerprint: string): string {
+    if (!/^[0-9A-F]{40}$/.test(fingerprint)) throw new Error(`not a GPG fingerprint: ${fingerprint}`);
+    const matches = userData.match(new RegExp(PINNED_FINGERPRINT.source, "g")) ?? [];
+    if (matches.length !== 1) throw new Error(`expected one pinned Tailscale key fingerprint in user_data, found ${matches.length}`);
+    return userData.replace(PINNED_FINGERPRINT, (_, before: string, __: string, after: string) => `${before}${fingerprint}${after}`);
+}
+
+/** One line where the twin's user_data differs from the plan's. */
+export interface Substitution {
+    planned: string;
+    twin: string;
+}
+
+/**
+ * The lines where `twin` differs from `planned` (the plan's cloud-init.yaml, with
+ * its placeholders), paired in order; a line only one side has pairs with "".
+ */
+export function substitutions(planned: string, twin: string): Substitution[] {
+    const out: Substitution[] = [];
+    let removed: string[] = [];
+    for (const change of diffLines(planned, twin)) {
+        const lines = change.value.replace(/\n$/, "").split("\n");
+        if (change.removed) removed = lines;
+        else if (change.added) {
+            for (let i = 0; i < Math.max(lines.length, removed.length); i++) out.push({ planned: removed[i] ?? "", twin: lines[i] ?? "" });
+            removed = [];
+        } else {
+            out.push(...removed.map((line) => ({ planned: line, twin: "" })));
+            removed = [];
+        }
+    }
+    out.push(...removed.map((line) => ({ planned: line, twin: "" })));
+    return out;
+}
