@@ -319,6 +319,66 @@ describe.runIf(toolsAvailable("the stand-in's python", ["pyflakes3"]))("the stan
 });
 
 
+describe.runIf(toolsAvailable("the coordinator's packet filters", ["python3"]))("the coordinator's packet filters (no namespaces)", () => {
+    type Rule = { srcs: string[]; proto: string; ports: [number, number][] };
+    /** Each node's filter, one node per key (named after its first tag), against `policy`. */
+    const filtersFor = (policy: string, keys: Record<string, string[]>) => {
+        const result = run("python3", [path.join(__dirname, "fixtures", "twin-tailscale", "packet-filters.py"), path.join(TWIN, "coordinator"), JSON.stringify(keys)], { input: policy });
+        expect(result.stderr).toBe("");
+        const lines = result.stdout.trim().split("\n");
+        return JSON.parse(lines[lines.length - 1]) as { addresses: Record<string, string[]>; filters: Record<string, Rule[]> };
+    };
+    const keys = { k1: ["tag:gw"], k2: ["tag:sb"], k3: ["tag:other"] };
+
+    it("the rendered grants: the sandbox admits the gateway on tcp 22 and 9222, the gateway admits the sandbox on 53 udp and tcp, the rest nobody", () => {
+        const policy = tailnetPolicyText(renderTailnetPolicy({ gatewayTag: "tag:gw", sandboxTag: "tag:sb", tagOwners: ["autogroup:admin"] }));
+        const { addresses, filters } = filtersFor(policy, keys);
+        expect(filters.sb).toEqual([
+            { srcs: [...addresses.gw].sort(), proto: "tcp", ports: [[22, 22]] },
+            { srcs: [...addresses.gw].sort(), proto: "tcp", ports: [[9222, 9222]] },
+        ]);
+        expect(filters.gw).toEqual([
+            { srcs: [...addresses.sb].sort(), proto: "udp", ports: [[53, 53]] },
+            { srcs: [...addresses.sb].sort(), proto: "tcp", ports: [[53, 53]] },
+        ]);
+        expect(filters.other).toEqual([]);
+        for (const address of Object.values(addresses).flat()) expect(address).toMatch(/^(100\.(6[4-9]|[7-9]\d|1[01]\d|12[0-7])\.\d+\.\d+|fd7a:115c:a1e0::[0-9a-f:]+)$/);
+    });
+
+    it("legacy acls in HuJSON (comments, trailing commas): a port list per destination, the protocol when named, TCP/UDP/ICMP when not; no drop rules", () => {
+        const policy = `{
+  // airlock's policy as acls instead of grants
+  "acls": [
+    {"action": "accept", "src": ["tag:gw"], "dst": ["tag:sb:22,9000-9222"], },
+    {"action": "accept", "src": ["tag:sb"], "proto": "udp", "dst": ["tag:gw:53"]}, /* only DNS */
+    {"action": "drop", "src": ["*"], "dst": ["*:*"]},
+  ],
+}`;
+        const { addresses, filters } = filtersFor(policy, keys);
+        const gw = [...addresses.gw].sort();
+        expect(filters.sb).toEqual(["tcp", "udp", "icmp"].map((proto) => ({ srcs: gw, proto, ports: [[22, 22], [9000, 9222]] })));
+        expect(filters.gw).toEqual([{ srcs: [...addresses.sb].sort(), proto: "udp", ports: [[53, 53]] }]);
+        expect(filters.other).toEqual([]);
+    });
+
+    it("selectors: * is the whole tailnet, a host alias or CIDR is itself, a user or group (no airlock node has one) admits nobody", () => {
+        const policy = JSON.stringify({
+            hosts: { monitor: "100.100.7.7" },
+            grants: [
+                { src: ["*"], dst: ["tag:sb"], ip: ["icmp:*"] },
+                { src: ["monitor", "100.64.9.0/24"], dst: ["tag:sb"], ip: ["tcp:9100"] },
+                { src: ["group:ops", "alice@example.com"], dst: ["tag:gw"], ip: ["*"] },
+            ],
+        });
+        const { filters } = filtersFor(policy, keys);
+        expect(filters.sb).toEqual([
+            { srcs: ["100.64.0.0/10", "fd7a:115c:a1e0::/48"], proto: "icmp", ports: [[0, 65535]] },
+            { srcs: ["100.100.7.7/32", "100.64.9.0/24"], proto: "tcp", ports: [[9100, 9100]] },
+        ]);
+        expect(filters.gw).toEqual([]);
+    });
+});
+
 describe.runIf(canRun)("the tailscale .deb", () => {
     it("is the package Tailscale's repository would serve (name, dependencies, the binaries and unit where Tailscale puts them), built the same from the same sources", () => {
         const out = fs.mkdtempSync(path.join(os.tmpdir(), "airlock-tailscale-deb-"));
