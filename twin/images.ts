@@ -80,7 +80,7 @@ export function parseReference(reference: string): ParsedReference {
     return { registry, repository: remainder, tag, name };
 }
 
-interface Wanted {
+export interface Wanted {
     reference: string;
     recipe: Recipe;
     /** Where the image is served from, when it is not the reference's own name (the built shell). */
