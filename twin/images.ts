@@ -80,7 +80,7 @@ export function parseReference(reference: string): ParsedReference {
     return { registry, repository: remainder, tag, name };
 }
 
-interface Wanted {
+export interface Wanted {
     reference: string;
     recipe: Recipe;
     /** Where the image is served from, when it is not the reference's own name (the built shell). */
@@ -146,8 +146,15 @@ export async function buildTwinImages(cfg: StackConfig, log: Log, cacheDir = TWI
 
 /** As buildTwinImages, with where each image is and the name it is served under (what fillRegistry pushes). */
 export async function twinImages(cfg: StackConfig, log: Log, cacheDir = TWIN_CACHE_DIR): Promise<TwinImage[]> {
+    const wanted = twinImageList(cfg);
+    // Two builds at a time: one's downloads overlap the other's unpacking (the base is built once, first).
+    const queue = [...new Set(wanted.map((w) => w.recipe))];
+    const worker = async () => {
+        for (let recipe = queue.shift(); recipe; recipe = queue.shift()) await buildRecipe(recipe, log, cacheDir);
+    };
+    await Promise.all([worker(), worker()]);
     const images: TwinImage[] = [];
-    for (const want of twinImageList(cfg)) {
+    for (const want of wanted) {
         const built = await buildRecipe(want.recipe, log, cacheDir);
         const served = want.servedAs ?? parseReference(want.reference);
         images.push({ reference: want.reference, registry: served.registry, repository: served.repository, tag: served.tag, recipe: want.recipe, ...built, pinned: want.pin(built.digest) });
