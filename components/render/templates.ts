@@ -23,14 +23,19 @@ function readTemplate(relativePath: string): string {
  * (`@NAME@` placeholders are left alone: those are filled at deploy or boot time.)
  */
 export function renderTemplate(relativePath: string, vars: Record<string, string>): string {
+    return fillPlaceholders(readTemplate(relativePath), vars, `templates/${relativePath}`);
+}
+
+/** The `{{name}}` filling of renderTemplate, for real files kept elsewhere (the twin's); `where` names the file in errors. */
+export function fillPlaceholders(template: string, vars: Record<string, string>, where: string): string {
     const used = new Set<string>();
-    const text = readTemplate(relativePath).replace(/\{\{(\w+)\}\}/g, (_, name: string) => {
+    const text = template.replace(/\{\{(\w+)\}\}/g, (_, name: string) => {
         const value = vars[name];
-        if (value === undefined) throw new Error(`templates/${relativePath}: no value for {{${name}}}`);
+        if (value === undefined) throw new Error(`${where}: no value for {{${name}}}`);
         used.add(name);
         return value;
     });
     const unused = Object.keys(vars).filter((name) => !used.has(name));
-    if (unused.length > 0) throw new Error(`templates/${relativePath}: no placeholder for ${unused.join(", ")}`);
+    if (unused.length > 0) throw new Error(`${where}: no placeholder for ${unused.join(", ")}`);
     return text;
 }
