@@ -248,6 +248,12 @@ describe.runIf(canRun)("the twin's Tailscale stand-in (namespaces, WireGuard, th
         expect(inNamespace(nodes.gateway.ns, ["getent", "ahostsv4", "upstream.test"]).stdout).toContain(`${PUBLIC}.99`);
         expect(inNamespace(nodes.gateway.ns, ["getent", "ahostsv4", "nosuchnode.tailnet-twin.ts.net"]).status).not.toBe(0);
         expect(inNamespace(nodes.sandbox.ns, ["cat", "/etc/resolv.conf"]).stdout).toBe(`nameserver ${UPSTREAM_RESOLVER}\n`);
+        // As on the real tailscale0, its only IPv4 address is the node's: the gateway's DNS rule
+        // (`redirect`, which takes the interface's first address) lands on AdGuard Home's port,
+        // not on MagicDNS's 100.100.100.100 (seen in the twin: every sandbox query refused).
+        const gatewayIp = tailnetIp(nodes.gateway).stdout.trim();
+        const onTun = inNamespace(nodes.gateway.ns, ["ip", "-4", "-o", "addr", "show", "dev", "tailscale0"]).stdout.trim().split("\n");
+        expect(onTun.map((line) => line.split(/\s+/)[3])).toEqual([`${gatewayIp}/32`]);
     });
 
     it("the LocalAPI changes nothing for a user who is not root", () => {
@@ -383,7 +389,7 @@ describe.runIf(canRun)("the tailscale .deb", () => {
     it("is the package Tailscale's repository would serve (name, dependencies, the binaries and unit where Tailscale puts them), built the same from the same sources", () => {
         const out = fs.mkdtempSync(path.join(os.tmpdir(), "airlock-tailscale-deb-"));
         try {
-            const deb = buildTailscaleDeb(out);
+            const deb = buildTailscaleDeb(out, "198.18.0.3");
             expect(path.basename(deb)).toBe(`tailscale_${TAILSCALE_DEB_VERSION}_all.deb`);
             const field = (name: string) => run("dpkg-deb", ["--field", deb, name]).stdout.trim();
             expect(field("Package")).toBe("tailscale");
@@ -393,7 +399,7 @@ describe.runIf(canRun)("the tailscale .deb", () => {
             expect(contents).toMatch(/-rwxr-xr-x root\/root .* \.\/usr\/bin\/tailscale\n/);
             expect(contents).toMatch(/-rw-r--r-- root\/root .* \.\/lib\/systemd\/system\/tailscaled\.service\n/);
             expect(contents).toMatch(/-rw-r--r-- root\/root .* \.\/etc\/default\/tailscaled\n/);
-            const again = buildTailscaleDeb(path.join(out, "again"));
+            const again = buildTailscaleDeb(path.join(out, "again"), "198.18.0.3");
             expect(fs.readFileSync(again).equals(fs.readFileSync(deb))).toBe(true);
         } finally {
             fs.rmSync(out, { recursive: true, force: true });
@@ -429,7 +435,7 @@ describe.runIf(canBoot)("the tailscale .deb, installed and run under systemd", (
         const tarball = debianRootfs();
         work = fs.mkdtempSync("/var/tmp/airlock-tailscale-boot-");
         const debs = path.join(work, "debs");
-        buildTailscaleDeb(debs);
+        buildTailscaleDeb(debs, control);
         // Its dependencies from Debian, as the twin's mirror carries them (wireguard-go for a
         // kernel without WireGuard, like this machine's; a guest's Debian kernel has it).
         const fetched = run("apt-get", ["download", "wireguard-tools", "wireguard-go"], { cwd: debs, timeout: 120_000 });
@@ -446,8 +452,9 @@ describe.runIf(canBoot)("the tailscale .deb, installed and run under systemd", (
         }
         fs.mkdirSync(path.join(root, "etc/airlock"), { recursive: true });
         fs.writeFileSync(path.join(root, "etc/airlock/tailnet-authkey"), `${sandboxKey.key}\n`, { mode: 0o600 });
-        // The twin's DNS answers this name; here the guest's hosts file does.
-        fs.appendFileSync(path.join(root, "etc/hosts"), `${control} controlplane.tailscale.com\n`);
+        // As on the sandbox before the tailnet is up, no resolver answers (its egress rules drop
+        // DNS to anything but the gateway's): tailscaled finds its control server by bootstrap DNS.
+        fs.writeFileSync(path.join(root, "etc/resolv.conf"), `nameserver ${subnet}.53\noptions timeout:1 attempts:1\n`);
 
         for (const ns of [bridgeNs, guestNs, peerNs]) {
             run("ip", ["netns", "del", ns]);
@@ -515,6 +522,9 @@ describe.runIf(canBoot)("the tailscale .deb, installed and run under systemd", (
         expect(own).toMatch(/^100\.\d+\.\d+\.\d+$/);
         expect(host!.exec(["test", "-e", "/etc/airlock/tailnet-authkey"]).status).not.toBe(0);
         expect(host!.exec(["ip", "-4", "-o", "addr", "show", "dev", "tailscale0"]).stdout).toContain(`inet ${own}/32`);
+        // No resolver answered: the control server's address came from bootstrap DNS.
+        expect(host!.exec(["journalctl", "-u", "tailscaled.service", "--no-pager"]).stdout).toContain(`controlplane.tailscale.com: the system resolver failed`);
+        expect(host!.exec(["journalctl", "-u", "tailscaled.service", "--no-pager"]).stdout).toContain(`bootstrap DNS answered ${control}`);
 
         // The gateway joins after the sandbox is up, as in a deploy where it boots later.
         const template = "listen @TAILNET_IPV4@\nresolver @RESOLVER_IPV4@\n";

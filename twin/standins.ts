@@ -64,7 +64,7 @@ export async function startStandIns({ stack, stackFile, log }: StandInOptions): 
     if (policy === undefined) throw new TwinError("the plan renders no tailnet policy (out/<stack>/tailnet/policy.hujson)");
     fs.writeFileSync(path.join(runDir, "tailnet-policy.hujson"), policy);
 
-    const deb = buildTailscaleDeb(path.join(TWIN_CACHE_DIR, "tailscale-deb"));
+    const deb = buildTailscaleDeb(path.join(TWIN_CACHE_DIR, "tailscale-deb"), CONTROL_ADDRESS);
     const mirror = await ensureMirror({ packages: [...packages].sort(), image: base, extraDebs: [deb], log });
     if (!daemonRunning(stack, "mirror")) {
         const running = await startMirror({ netns: twinNetns(stack), dir: mirror.dir, logFile: path.join(runDir, "mirror.log") });

@@ -35,8 +35,12 @@ function must(cmd: string, args: string[], options: { input?: string; env?: Node
     return result.stdout;
 }
 
-/** Builds tailscale_<version>_all.deb in `outDir` with dpkg-deb; returns its path. */
-export function buildTailscaleDeb(outDir: string): string {
+/**
+ * Builds tailscale_<version>_all.deb in `outDir` with dpkg-deb; returns its path.
+ * `bootstrapDns` is the address baked into its tailscaled for bootstrap DNS (as the
+ * real one carries its DERP servers' addresses): the twin's coordinator.
+ */
+export function buildTailscaleDeb(outDir: string, bootstrapDns: string): string {
     fs.mkdirSync(outDir, { recursive: true });
     const staging = fs.mkdtempSync(path.join(outDir, ".tailscale-deb-"));
     try {
@@ -54,7 +58,12 @@ export function buildTailscaleDeb(outDir: string): string {
         for (const file of PAYLOAD) {
             const target = path.join(staging, file.target);
             fs.mkdirSync(path.dirname(target), { recursive: true, mode: 0o755 });
-            fs.copyFileSync(path.join(SOURCES, file.source), target);
+            let content = fs.readFileSync(path.join(SOURCES, file.source), "utf8");
+            if (file.source === "tailscaled") {
+                if (!content.includes('"@BOOTSTRAP_DNS@"')) throw new Error(`${path.join(SOURCES, file.source)}: no "@BOOTSTRAP_DNS@" to fill`);
+                content = content.replace('"@BOOTSTRAP_DNS@"', JSON.stringify(bootstrapDns));
+            }
+            fs.writeFileSync(target, content);
             fs.chmodSync(target, file.mode);
         }
         for (const entry of fs.readdirSync(staging, { recursive: true, encoding: "utf8" })) fs.utimesSync(path.join(staging, entry), epoch, epoch);
