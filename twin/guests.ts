@@ -2,7 +2,7 @@ import { spawnSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { GUESTS, GuestRole, twinNetns } from "./contract";
-import { alive, runDirOf, tapOf, TwinError } from "./network";
+import { alive, NotReadyError, runDirOf, tapOf, TwinError } from "./network";
 import { ExecOptions, ExecResult, guestExec, Qga } from "./qga";
 
 /**
@@ -185,4 +185,22 @@ export async function waitForCloudInit(stack: string, role: GuestRole, timeoutMs
     const result = await execInGuest(stack, role, ["cloud-init", "status", "--long"]);
     const status = /^status:\s*(\S+)/m.exec(result.stdout)?.[1] ?? "unknown";
     return { status, detail: result.stdout.trim() };
+}
+
+/**
+ * Waits until the agent's workloads run: its user manager's airlock-workloads.service
+ * is active (compose up has created every container, images pulled). First boot's end
+ * is not that: the workloads start once the tailnet-addressed config is rendered,
+ * and pulling under emulation takes minutes more.
+ */
+export async function waitForWorkloads(stack: string, role: GuestRole, agentUser: string, timeoutMs: number): Promise<void> {
+    const until = Date.now() + timeoutMs;
+    for (;;) {
+        const state = await execInGuest(stack, role, ["systemctl", "--user", `--machine=${agentUser}@`, "is-active", "airlock-workloads.service"], { timeoutMs: 30_000 }).catch(() => undefined);
+        if (state?.stdout.trim() === "active") return;
+        if (Date.now() > until) {
+            throw new NotReadyError(`the ${role}'s workloads did not start within ${Math.round(timeoutMs / 1000)} s (airlock-workloads.service: ${state?.stdout.trim() || "unknown"}; twin exec ${role} -- journalctl --user-unit airlock-workloads.service -M ${agentUser}@)`);
+        }
+        await sleep(5000);
+    }
 }

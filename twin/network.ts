@@ -27,6 +27,8 @@ export interface FirewallRule {
 }
 
 export class TwinError extends Error {}
+/** A guest that booted but is not ready (cloud-init not done, workloads not running): exit 1, not 2. */
+export class NotReadyError extends TwinError {}
 
 function must(cmd: string, args: string[], input?: string): string {
     const result = spawnSync(cmd, args, { encoding: "utf8", input });

@@ -13,10 +13,11 @@ import {
     stopGuest,
     waitForAgent,
     waitForCloudInit,
+    waitForWorkloads,
 } from "./guests";
 import { startBackupStandIn, stopBackupStandIn } from "./backup";
 import { publishMetadata, startMetadataService, stopMetadataService } from "./metadata";
-import { createNetwork, destroyNetwork, firewallOn, netnsExists, runDirOf, setFirewall, TwinError, writeFirewall } from "./network";
+import { createNetwork, destroyNetwork, firewallOn, netnsExists, NotReadyError, runDirOf, setFirewall, TwinError, writeFirewall } from "./network";
 import type { ExecOptions, ExecResult } from "./qga";
 import { bootFiles, registryNames, startStandIns, StandIns, stopStandIns } from "./standins";
 import { pinTailscaleKey, renderDeployment, TwinDeployment } from "./userdata";
@@ -30,8 +31,11 @@ import { pinTailscaleKey, renderDeployment, TwinDeployment } from "./userdata";
 export interface GuestState {
     instanceId: string;
     launchedAt: string;
-    readyAt?: string;
+    /** When first boot ended, and in which cloud-init status. */
+    cloudInitAt?: string;
     cloudInit?: string;
+    /** When the agent's workloads ran (the guest is ready). */
+    readyAt?: string;
 }
 
 export interface TwinState {
@@ -179,15 +183,25 @@ async function skipInitramfsRebuilds(stack: string, role: GuestRole): Promise<vo
     if (set.code !== 0) throw new TwinError(`the ${role}: cannot set update_initramfs=no in ${conf}: ${set.stderr.trim()}`);
 }
 
-async function awaitReady(stack: string, state: TwinState, role: GuestRole, log: Log): Promise<void> {
+/**
+ * Ready: first boot ended in cloud-init status done, and (unless `workloads` is false)
+ * the agent's workloads run. Under emulation, pulling the images takes minutes after
+ * cloud-init is done, and the sandbox's need the gateway's resolver.
+ */
+async function awaitReady(stack: string, state: TwinState, role: GuestRole, log: Log, workloads = true): Promise<void> {
     const outcome = await waitForCloudInit(stack, role, BOOT_TIMEOUT_MS);
     const guest = state.guests[role]!;
     guest.cloudInit = outcome.status;
+    guest.cloudInitAt = new Date().toISOString();
+    writeState(readMerged(stack, role, guest));
+    const since = (at: string) => ((Date.parse(at) - Date.parse(guest.launchedAt)) / 1000).toFixed(0);
+    log(`${role}: cloud-init ${outcome.status} after ${since(guest.cloudInitAt)} s`);
+    if (outcome.status !== "done") throw new NotReadyError(`the ${role}'s first boot ended in cloud-init status ${outcome.status}:\n${outcome.detail}\n(see ${consoleLog(stack, role)})`);
+    if (!workloads) return;
+    await waitForWorkloads(stack, role, state.agentUser, BOOT_TIMEOUT_MS);
     guest.readyAt = new Date().toISOString();
     writeState(readMerged(stack, role, guest));
-    const seconds = (Date.parse(guest.readyAt) - Date.parse(guest.launchedAt)) / 1000;
-    log(`${role}: cloud-init ${outcome.status} after ${seconds.toFixed(0)} s`);
-    if (outcome.status !== "done") throw new TwinError(`the ${role}'s first boot ended in cloud-init status ${outcome.status}:\n${outcome.detail}\n(see ${consoleLog(stack, role)})`);
+    log(`${role}: workloads running after ${since(guest.readyAt)} s`);
 }
 
 /** The state on disk with one guest's entry replaced (the two boots finish in any order). */
@@ -254,7 +268,10 @@ export async function replaceSandbox(stack: string, log: Log): Promise<TwinState
     const deployment = await renderForTwin(stack, state.stackFile, standIns);
     await boot(stack, state, deployment, "sandbox", standIns, log);
     await skipInitramfsRebuilds(stack, "sandbox");
-    await awaitReady(stack, state, "sandbox", log);
+    // The sandbox's workloads resolve their images through the gateway: with it down, first boot is all there is to wait for.
+    const gatewayUp = guestPid(stack, "gateway") !== undefined;
+    if (!gatewayUp) log("sandbox: the gateway is down, so its workloads wait for it; waiting for first boot only");
+    await awaitReady(stack, state, "sandbox", log, gatewayUp);
     log(`sandbox replaced in ${((Date.now() - started) / 1000).toFixed(0)} s`);
     return readState(stack)!;
 }
@@ -306,6 +323,8 @@ export interface GuestStatus {
     publicAddress: string;
     tailnetAddress?: string;
     cloudInit?: string;
+    /** The agent's airlock-workloads.service, as its user manager says now. */
+    workloads?: string;
     instanceId?: string;
 }
 
@@ -315,9 +334,12 @@ export async function status(stack: string): Promise<{ stack: string; firewall: 
     for (const role of Object.keys(GUESTS) as GuestRole[]) {
         const running = guestPid(stack, role) !== undefined;
         let tailnetAddress: string | undefined;
+        let workloads: string | undefined;
         if (running) {
             const ip = await execInGuest(stack, role, ["sh", "-c", "command -v tailscale >/dev/null && tailscale ip -4"], { timeoutMs: 10_000 }).catch(() => undefined);
             tailnetAddress = ip?.code === 0 ? ip.stdout.trim() || undefined : undefined;
+            const unit = await execInGuest(stack, role, ["systemctl", "--user", `--machine=${state.agentUser}@`, "is-active", "airlock-workloads.service"], { timeoutMs: 10_000 }).catch(() => undefined);
+            workloads = unit?.stdout.trim() || undefined;
         }
         const guest = state.guests[role];
         guests.push({
@@ -326,10 +348,11 @@ export async function status(stack: string): Promise<{ stack: string; firewall: 
             publicAddress: GUESTS[role].address,
             ...(tailnetAddress ? { tailnetAddress } : {}),
             ...(guest?.cloudInit ? { cloudInit: guest.cloudInit } : {}),
+            ...(workloads ? { workloads } : {}),
             ...(guest ? { instanceId: guest.instanceId } : {}),
         });
     }
     return { stack, firewall: firewallOn(stack), guests };
 }
 
-export { setFirewall, TwinError };
+export { NotReadyError, setFirewall, TwinError };

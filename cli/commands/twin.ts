@@ -40,10 +40,10 @@ export function define(command: Command, cli: Cli) {
                     out(
                         status,
                         status.guests
-                            .map((g) => `${g.role.padEnd(8)} ${g.state.padEnd(8)} public ${g.publicAddress}  tailnet ${g.tailnetAddress ?? "-"}  cloud-init ${g.cloudInit ?? "-"}\n`)
+                            .map((g) => `${g.role.padEnd(8)} ${g.state.padEnd(8)} public ${g.publicAddress}  tailnet ${g.tailnetAddress ?? "-"}  cloud-init ${g.cloudInit ?? "-"}  workloads ${g.workloads ?? "-"}\n`)
                             .join("") + `firewall ${status.firewall ? "on" : "off"}\n`,
                     );
-                    return status.guests.every((g) => g.state === "running" && g.cloudInit === "done") ? EXIT.clean : EXIT.violations;
+                    return status.guests.every((g) => g.state === "running" && g.cloudInit === "done" && g.workloads === "active") ? EXIT.clean : EXIT.violations;
                 }
                 case "exec":
                 case "agent": {
@@ -82,7 +82,7 @@ export function define(command: Command, cli: Cli) {
         } catch (err) {
             if (err instanceof twin.TwinError || err instanceof QgaError) {
                 process.stderr.write(`airlock twin: ${err.message}\n`);
-                return err.message.includes("first boot ended") ? EXIT.violations : EXIT.badInput;
+                return err instanceof twin.NotReadyError ? EXIT.violations : EXIT.badInput;
             }
             throw err;
         }
