@@ -178,7 +178,9 @@ export interface CloudInitOutcome {
 export async function waitForCloudInit(stack: string, role: GuestRole, timeoutMs: number): Promise<CloudInitOutcome> {
     const until = Date.now() + timeoutMs;
     await waitForAgent(stack, role, timeoutMs);
-    while ((await execInGuest(stack, role, ["test", "-e", "/var/lib/cloud/instance/boot-finished"])).code !== 0) {
+    // A poll the guest agent does not answer (busy guest, another client's turn) is a poll that says "not yet".
+    const finished = () => execInGuest(stack, role, ["test", "-e", "/var/lib/cloud/instance/boot-finished"]).then((r) => r.code === 0, () => false);
+    while (!(await finished())) {
         if (Date.now() > until) throw new TwinError(`the ${role}'s first boot did not finish within ${Math.round(timeoutMs / 1000)} s (see ${consoleLog(stack, role)})`);
         await sleep(3000);
     }

@@ -60,8 +60,12 @@ export class Qga {
         socket.on("close", () => fail(new QgaError("guest agent connection closed")));
     }
 
-    /** Connects and synchronises (a previous client may have left answers in the channel). */
-    static async connect(socketPath: string, timeoutMs = 5000): Promise<Qga> {
+    /**
+     * Connects and synchronises (a previous client may have left answers in the channel).
+     * QEMU serves one client at a time and queues the next: the wait covers another
+     * command's turn (`twin status` while `twin up` polls) and a guest slow under emulation.
+     */
+    static async connect(socketPath: string, timeoutMs = 30_000): Promise<Qga> {
         const socket = await new Promise<net.Socket>((resolve, reject) => {
             const s = net.createConnection(socketPath);
             const timer = setTimeout(() => {
@@ -111,7 +115,7 @@ export class Qga {
         });
     }
 
-    async request<T = unknown>(execute: string, args?: Record<string, unknown>, timeoutMs = 10_000): Promise<T> {
+    async request<T = unknown>(execute: string, args?: Record<string, unknown>, timeoutMs = 30_000): Promise<T> {
         this.socket.write(`${JSON.stringify({ execute, ...(args ? { arguments: args } : {}) })}\n`);
         const reply = JSON.parse(await this.nextLine(timeoutMs)) as { return?: T; error?: { desc: string } };
         if (reply.error) throw new QgaError(`guest agent: ${execute}: ${reply.error.desc}`);
