@@ -9,40 +9,12 @@
  * through tsx: slower to start, never stale. An installed package (no .git; file
  * times are those of its unpacking) runs the dist/ it was packed with.
  */
-const fs = require("node:fs");
 const path = require("node:path");
+const { distIsFresh } = require("./dist-stamp");
 
 const ROOT = path.resolve(__dirname, "..");
-const STAMP = path.join(ROOT, "dist", ".built");
-const SOURCES = ["index.ts", "cli", "components", "policies", "twin"];
 
-/** The newest modification time of any TypeScript source (0 in a package that ships none). */
-function newestSource() {
-    let newest = 0;
-    const visit = (file) => {
-        let stat;
-        try {
-            stat = fs.statSync(file);
-        } catch {
-            return;
-        }
-        if (stat.isDirectory()) for (const name of fs.readdirSync(file)) visit(path.join(file, name));
-        else if (file.endsWith(".ts") && stat.mtimeMs > newest) newest = stat.mtimeMs;
-    };
-    for (const source of SOURCES) visit(path.join(ROOT, source));
-    return newest;
-}
-
-function builtAt() {
-    try {
-        return fs.statSync(STAMP).mtimeMs;
-    } catch {
-        return -1;
-    }
-}
-
-const checkout = fs.existsSync(path.join(ROOT, ".git"));
-if (process.env.AIRLOCK_FROM_SOURCE !== "1" && builtAt() >= (checkout ? newestSource() : 0)) {
+if (process.env.AIRLOCK_FROM_SOURCE !== "1" && distIsFresh()) {
     require(path.join(ROOT, "dist", "cli", "main.js"));
 } else {
     try {

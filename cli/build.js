@@ -11,10 +11,9 @@
 const fs = require("node:fs");
 const path = require("node:path");
 const esbuild = require("esbuild");
+const { SOURCES } = require("./dist-stamp");
 
 const ROOT = path.resolve(__dirname, "..");
-/** What is compiled: the program, the CLI, the components, the pack and the twin (not the tests). */
-const SOURCES = ["index.ts", "cli", "components", "policies", "twin"];
 
 /** Every .ts file under SOURCES (not .d.ts), relative to ROOT. */
 function sourceFiles() {

@@ -72,6 +72,7 @@ describe("cli/airlock.js picks the build or the sources", () => {
         fs.mkdirSync(path.join(root, "cli"));
         fs.mkdirSync(path.join(root, "dist", "cli"), { recursive: true });
         fs.copyFileSync(AIRLOCK_BIN, path.join(root, "cli", "airlock.js"));
+        fs.copyFileSync(path.join(path.dirname(AIRLOCK_BIN), "dist-stamp.js"), path.join(root, "cli", "dist-stamp.js"));
         fs.writeFileSync(path.join(root, "cli", "main.ts"), 'const from: string = "sources";\nconsole.log(from, process.argv.slice(2).join(" "));\n');
         fs.writeFileSync(path.join(root, "dist", "cli", "main.js"), 'console.log("dist", process.argv.slice(2).join(" "));\n');
         if (withTsx) fs.symlinkSync(path.join(REPO, "node_modules"), path.join(root, "node_modules"));
@@ -93,6 +94,20 @@ describe("cli/airlock.js picks the build or the sources", () => {
         expect(run(root).stdout).toBe("sources check x\n");
 
         fs.rmSync(stamp);
+        expect(run(root).stdout).toBe("sources check x\n");
+    });
+
+    it("a twin file that is not TypeScript (a stand-in's script, copied into dist/) counts as a source", () => {
+        const root = fakePackage(true);
+        const stamp = path.join(root, "dist", ".built");
+        fs.writeFileSync(stamp, "");
+        fs.mkdirSync(path.join(root, "twin", "tailscale"), { recursive: true });
+        fs.writeFileSync(path.join(root, "twin", "tailscale", "tailscaled"), "#!/usr/bin/python3\n");
+        setTime(path.join(root, "cli", "main.ts"), 1_000_000);
+        setTime(path.join(root, "twin", "tailscale", "tailscaled"), 1_000_000);
+        setTime(stamp, 2_000_000);
+        expect(run(root).stdout).toBe("dist check x\n");
+        setTime(path.join(root, "twin", "tailscale", "tailscaled"), 3_000_000);
         expect(run(root).stdout).toBe("sources check x\n");
     });
 
