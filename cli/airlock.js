@@ -17,14 +17,17 @@ const ROOT = path.resolve(__dirname, "..");
 if (process.env.AIRLOCK_FROM_SOURCE !== "1" && distIsFresh()) {
     require(path.join(ROOT, "dist", "cli", "main.js"));
 } else {
+    let tsx;
     try {
-        require.resolve("tsx");
+        tsx = require.resolve("tsx");
     } catch {
         process.stderr.write(`airlock: ${path.join(ROOT, "dist")} is missing or older than the sources; run \`npm run build\` in ${ROOT}\n`);
         process.exit(2);
     }
-    // As `node --import tsx cli/main.ts` would: TypeScript for require() and import().
-    const run = require("node:child_process").spawnSync(process.execPath, ["--import", "tsx", path.join(ROOT, "cli", "main.ts"), ...process.argv.slice(2)], {
+    // As `node --import tsx cli/main.ts` would: TypeScript for require() and import(). The loader by
+    // its path: `--import tsx` is resolved from the working directory, which need not see this package's.
+    const loader = require("node:url").pathToFileURL(tsx).href;
+    const run = require("node:child_process").spawnSync(process.execPath, ["--import", loader, path.join(ROOT, "cli", "main.ts"), ...process.argv.slice(2)], {
         stdio: "inherit",
     });
     if (run.signal) process.kill(process.pid, run.signal);

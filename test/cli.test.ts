@@ -79,7 +79,7 @@ describe("cli/airlock.js picks the build or the sources", () => {
         fs.mkdirSync(path.join(root, ".git")); // a checkout, where sources may be edited
         return root;
     }
-    const run = (root: string) => spawnSync(process.execPath, [path.join(root, "cli", "airlock.js"), "check", "x"], { cwd: root, encoding: "utf8" });
+    const run = (root: string, cwd = root) => spawnSync(process.execPath, [path.join(root, "cli", "airlock.js"), "check", "x"], { cwd, encoding: "utf8" });
     const setTime = (file: string, seconds: number) => fs.utimesSync(file, seconds, seconds);
 
     it("runs dist/ when its stamp is as new as every source, the sources when one is newer", () => {
@@ -92,6 +92,8 @@ describe("cli/airlock.js picks the build or the sources", () => {
 
         setTime(path.join(root, "cli", "main.ts"), 3_000_000);
         expect(run(root).stdout).toBe("sources check x\n");
+        // From anywhere: the package's own tsx, not one beside the working directory (there was none: ERR_MODULE_NOT_FOUND).
+        expect(run(root, tempDir("elsewhere")).stdout).toBe("sources check x\n");
 
         fs.rmSync(stamp);
         expect(run(root).stdout).toBe("sources check x\n");
