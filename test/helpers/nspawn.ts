@@ -91,10 +91,22 @@ export async function bootRootfs(root: string, netns: string, binds: string[] = 
         { stdio: ["ignore", log, log] },
     );
     fs.closeSync(log);
+    // The container's PID 1 is the child of systemd-nspawn in a PID namespace of its own: before
+    // it, nspawn's short-lived outer child is its only child (picked under load, every exec then
+    // failed with "cannot open /proc/PID/ns/ipc" and the boot looked stuck).
+    const ownPidNs = fs.readlinkSync("/proc/self/ns/pid");
+    const inOtherPidNs = (pid: string) => {
+        try {
+            return fs.readlinkSync(`/proc/${pid}/ns/pid`) !== ownPidNs;
+        } catch {
+            return false;
+        }
+    };
     const leader = async (): Promise<number | undefined> => {
-        for (let i = 0; i < 100; i++) {
-            const child = run("pgrep", ["-P", String(nspawn.pid)]).stdout.trim().split("\n")[0];
+        for (let i = 0; i < 600; i++) {
+            const child = run("pgrep", ["-P", String(nspawn.pid)]).stdout.trim().split("\n").find((pid) => pid !== "" && inOtherPidNs(pid));
             if (child) return Number(child);
+            if (nspawn.exitCode !== null) return undefined;
             await new Promise((r) => setTimeout(r, 100));
         }
         return undefined;
