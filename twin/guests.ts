@@ -32,6 +32,12 @@ export interface GuestLaunch {
 export const GUEST_MEMORY_MB = 2048;
 /** TCG's translation cache (MiB): the default (1 GiB) costs RSS for little speed here. */
 const TCG_CACHE_MB = 256;
+/**
+ * Emulated guests are the heaviest load this machine carries: they yield to the rest
+ * of it (an operator's shell, the test suite beside them, whose systemd-nspawn boots
+ * stalled past three minutes under two guests at normal priority).
+ */
+const GUEST_NICENESS = "10";
 
 export const guestDir = (stack: string, role: GuestRole) => path.join(runDirOf(stack), role);
 export const qgaSocket = (stack: string, role: GuestRole) => path.join(guestDir(stack, role), "qga.sock");
@@ -95,7 +101,7 @@ export function launchGuest(stack: string, launch: GuestLaunch, boot: BootFiles)
     fs.mkdirSync(dir, { recursive: true });
     const overlay = path.join(dir, "disk.qcow2");
     must("qemu-img", ["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", boot.disk, overlay]);
-    must("ip", ["netns", "exec", twinNetns(stack), ...qemuArgs(stack, launch, boot, overlay)]);
+    must("ip", ["netns", "exec", twinNetns(stack), "nice", "-n", GUEST_NICENESS, ...qemuArgs(stack, launch, boot, overlay)]);
 }
 
 /** Boots a guest again from its existing overlay: the same server, powered on. */
@@ -103,7 +109,7 @@ export function restartGuest(stack: string, launch: GuestLaunch, boot: BootFiles
     if (guestPid(stack, launch.role) !== undefined) throw new TwinError(`the ${launch.role} is already running`);
     const overlay = path.join(guestDir(stack, launch.role), "disk.qcow2");
     if (!fs.existsSync(overlay)) throw new TwinError(`the ${launch.role} has no disk to boot`);
-    must("ip", ["netns", "exec", twinNetns(stack), ...qemuArgs(stack, launch, boot, overlay)]);
+    must("ip", ["netns", "exec", twinNetns(stack), "nice", "-n", GUEST_NICENESS, ...qemuArgs(stack, launch, boot, overlay)]);
 }
 
 export function guestPid(stack: string, role: GuestRole): number | undefined {
