@@ -252,12 +252,12 @@ function twinSection(twin: TwinFigures | undefined): string[] {
         "",
         "| measure | time |",
         "|---|---:|",
-        `| \`twin up\` to both hosts ready (cloud-init \`status: done\`), base image cached | ${s(twin.upCachedSeconds)} |`,
-        `| \`twin up\` with a cold base image (built first) | ${s(twin.upColdSeconds)} |`,
+        `| \`twin up\` to both hosts ready (cloud-init \`status: done\`, the agent's workloads running), cache warm (base image, apt mirror, images) | ${s(twin.upCachedSeconds)} |`,
+        `| \`twin up\` with a cold cache (base image, apt mirror and images built first) | ${s(twin.upColdSeconds)} |`,
         `| \`twin replace\`: a replacement sandbox, destroy to ready | ${s(twin.replaceToReadySeconds)} |`,
         `| the first agent command after the replacement (\`twin agent\`, a new ssh connection) | ${s(twin.firstAgentCommandAfterReplaceSeconds)} |`,
-        `| boot order: the gateway powered on again, until the sandbox's workloads run | ${s(twin.bootOrderConvergedSeconds)} |`,
-        `| the whole twin suite (one pair, two replacements) | ${s(twin.suiteSeconds)} |`,
+        `| boot order: the gateway powered on again (the sandbox rebooted while it was down), until the agent's command runs and its query reaches the resolver | ${s(twin.bootOrderConvergedSeconds)} |`,
+        `| the whole twin suite (one pair, one replacement, one reboot), alone on the machine | ${s(twin.suiteSeconds)} |`,
         ...(twin.note ? ["", twin.note] : []),
     ];
 }
