@@ -84,8 +84,12 @@ export async function startStandIns({ stack, stackFile, log }: StandInOptions): 
     }
     // The stack's images, built from Debian packages (cached), served by digest under the names the stack uses.
     const images = await twinImages(plan.config, log);
-    if (!daemonRunning(stack, "registry")) {
-        const storageDir = path.join(runDir, "registry");
+    const storageDir = path.join(runDir, "registry");
+    if (daemonRunning(stack, "registry")) {
+        // A replacement after the images changed (a recipe or the stack edited): the running registry gets the new ones too.
+        const missing = images.filter((image) => !fs.existsSync(path.join(storageDir, "docker", "registry", "v2", "blobs", "sha256", image.digest.slice(7, 9), image.digest.slice(7), "data")));
+        if (missing.length > 0) await fillRegistry({ storageDir, images: missing, log, workDir: path.join(runDir, "registry-fill") });
+    } else {
         await fillRegistry({ storageDir, images, log, workDir: path.join(runDir, "registry-fill") });
         const tls = issueLeaf({ dnsNames: twinRegistryNames(plan.config), ips: [REGISTRY_ADDRESS], outDir: path.join(runDir, "registry-tls"), name: "registry" });
         const registry = await startRegistry({ netns: twinNetns(stack), address: REGISTRY_ADDRESS, port: 443, certFile: tls.cert, keyFile: tls.key, storageDir, logFile: path.join(runDir, "registry.log") });
