@@ -5,6 +5,6 @@
 set -eu
 export HOME=/tmp XDG_CONFIG_HOME=/tmp/.config XDG_CACHE_HOME=/tmp/.cache
 socat TCP4-LISTEN:9222,fork,reuseaddr TCP4:127.0.0.1:9223 &
-exec chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run \
+exec chromium-headless-shell --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run \
 	--disable-background-networking --disable-sync --disable-crash-reporter \
 	--user-data-dir=/tmp/chromium --remote-debugging-address=127.0.0.1 --remote-debugging-port=9223 "$@"
