@@ -107,6 +107,15 @@ describe.runIf(canRun)("the twin", () => {
             fs.mkdirSync(path.dirname(file), { recursive: true });
             fs.writeFileSync(file, `${JSON.stringify({ ...earlier, ...figures }, null, 2)}\n`);
         }
+        // What each guest printed (its console, QEMU's own log) outlives the twin, for a failed run's reader.
+        const logs = path.join(ROOT, "out", "twin-logs");
+        fs.rmSync(logs, { recursive: true, force: true });
+        for (const role of ["gateway", "sandbox"] as const) {
+            for (const file of ["console.log", "qemu.log"]) {
+                const from = path.join(runDirOf(STACK), role, file);
+                if (fs.existsSync(from)) fs.cpSync(from, path.join(logs, `${role}-${file}`));
+            }
+        }
         if (process.env.AIRLOCK_TWIN_KEEP !== "1") twin(["down", "--stack", STACK]);
     });
 

@@ -1,4 +1,4 @@
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { GUESTS, GuestRole, twinNetns } from "./contract";
@@ -69,7 +69,7 @@ export function qemuArgs(stack: string, launch: GuestLaunch, boot: BootFiles, ov
         "-chardev", `socket,id=qga,path=${qgaSocket(stack, launch.role)},server=on,wait=off`,
         "-device", "virtio-serial-pci",
         "-device", "virtserialport,chardev=qga,name=org.qemu.guest_agent.0",
-        "-daemonize", "-pidfile", pidFile(stack, launch.role),
+        "-pidfile", pidFile(stack, launch.role),
     ];
     if (launch.volume) {
         args.push(
@@ -94,22 +94,55 @@ export function ensureVolume(file: string, sizeGb: number): void {
 }
 
 /** Boots a guest from a fresh overlay: a new server, as far as cloud-init can tell. */
-export function launchGuest(stack: string, launch: GuestLaunch, boot: BootFiles): void {
+export async function launchGuest(stack: string, launch: GuestLaunch, boot: BootFiles): Promise<void> {
     if (guestPid(stack, launch.role) !== undefined) throw new TwinError(`the ${launch.role} is already running`);
     const dir = guestDir(stack, launch.role);
     fs.rmSync(dir, { recursive: true, force: true });
     fs.mkdirSync(dir, { recursive: true });
     const overlay = path.join(dir, "disk.qcow2");
     must("qemu-img", ["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", boot.disk, overlay]);
-    must("ip", ["netns", "exec", twinNetns(stack), "nice", "-n", GUEST_NICENESS, ...qemuArgs(stack, launch, boot, overlay)]);
+    await startQemu(stack, launch, boot, overlay);
 }
 
 /** Boots a guest again from its existing overlay: the same server, powered on. */
-export function restartGuest(stack: string, launch: GuestLaunch, boot: BootFiles): void {
+export async function restartGuest(stack: string, launch: GuestLaunch, boot: BootFiles): Promise<void> {
     if (guestPid(stack, launch.role) !== undefined) throw new TwinError(`the ${launch.role} is already running`);
     const overlay = path.join(guestDir(stack, launch.role), "disk.qcow2");
     if (!fs.existsSync(overlay)) throw new TwinError(`the ${launch.role} has no disk to boot`);
-    must("ip", ["netns", "exec", twinNetns(stack), "nice", "-n", GUEST_NICENESS, ...qemuArgs(stack, launch, boot, overlay)]);
+    await startQemu(stack, launch, boot, overlay);
+}
+
+/** What QEMU itself said (its errors, why it exited): beside the console log. */
+export const qemuLog = (stack: string, role: GuestRole) => path.join(guestDir(stack, role), "qemu.log");
+
+/**
+ * QEMU in the background with its own output kept (not -daemonize, which sends it to
+ * /dev/null: a guest that vanished mid-run left no reason). Returns once its guest
+ * agent's socket exists, or fails with what QEMU said.
+ */
+async function startQemu(stack: string, launch: GuestLaunch, boot: BootFiles, overlay: string): Promise<void> {
+    const logFile = qemuLog(stack, launch.role);
+    const out = fs.openSync(logFile, "a");
+    const child = spawn("ip", ["netns", "exec", twinNetns(stack), "nice", "-n", GUEST_NICENESS, ...qemuArgs(stack, launch, boot, overlay)], { detached: true, stdio: ["ignore", out, out] });
+    fs.closeSync(out);
+    child.unref();
+    let exited = false;
+    child.once("exit", () => (exited = true));
+    const until = Date.now() + 60_000;
+    while (!fs.existsSync(qgaSocket(stack, launch.role)) || guestPid(stack, launch.role) === undefined) {
+        if (exited || Date.now() > until) throw new TwinError(`the ${launch.role} did not start: ${fs.readFileSync(logFile, "utf8").trim().split("\n").slice(-5).join(" / ") || "QEMU said nothing"}`);
+        await sleep(200);
+    }
+}
+
+/** Why a guest is gone, for errors: the end of QEMU's own log, if it said anything. */
+export function whyStopped(stack: string, role: GuestRole): string {
+    try {
+        const said = fs.readFileSync(qemuLog(stack, role), "utf8").trim().split("\n").slice(-3).join(" / ");
+        return said ? ` (QEMU: ${said})` : " (QEMU exited without a word)";
+    } catch {
+        return "";
+    }
 }
 
 export function guestPid(stack: string, role: GuestRole): number | undefined {
@@ -152,7 +185,7 @@ export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve
 
 /** Runs argv in the guest as root (qemu-guest-agent). */
 export function execInGuest(stack: string, role: GuestRole, argv: string[], options: ExecOptions = {}): Promise<ExecResult> {
-    if (guestPid(stack, role) === undefined) throw new TwinError(`the ${role} is not running`);
+    if (guestPid(stack, role) === undefined) throw new TwinError(`the ${role} is not running${whyStopped(stack, role)}`);
     return guestExec(qgaSocket(stack, role), argv, options);
 }
 
@@ -160,7 +193,7 @@ export function execInGuest(stack: string, role: GuestRole, argv: string[], opti
 export async function waitForAgent(stack: string, role: GuestRole, timeoutMs: number): Promise<void> {
     const until = Date.now() + timeoutMs;
     for (;;) {
-        if (guestPid(stack, role) === undefined) throw new TwinError(`the ${role} stopped while booting (see ${consoleLog(stack, role)})`);
+        if (guestPid(stack, role) === undefined) throw new TwinError(`the ${role} stopped while booting${whyStopped(stack, role)} (see ${consoleLog(stack, role)})`);
         try {
             const qga = await Qga.connect(qgaSocket(stack, role), 3000);
             qga.close();

@@ -136,7 +136,7 @@ async function boot(stack: string, state: TwinState, deployment: TwinDeployment,
         publicKeys: deployment.sshKeys,
         userData: deployment.userData[role],
     });
-    launchGuest(stack, { role, instanceId, ...(role === "sandbox" ? { volume: { file: state.volume.file, id: state.volume.id } } : {}) }, standIns.bootFiles);
+    await launchGuest(stack, { role, instanceId, ...(role === "sandbox" ? { volume: { file: state.volume.file, id: state.volume.id } } : {}) }, standIns.bootFiles);
     state.guests[role] = { instanceId, launchedAt: new Date().toISOString() };
     writeState(state);
     log(`${role}: booting (instance ${instanceId}, console ${consoleLog(stack, role)})`);
@@ -287,7 +287,7 @@ export async function start(stack: string, role: GuestRole): Promise<void> {
     const state = requireState(stack);
     const guest = state.guests[role];
     if (!guest) throw new TwinError(`the twin of ${stack} has no ${role}`);
-    restartGuest(stack, { role, instanceId: guest.instanceId, ...(role === "sandbox" ? { volume: { file: state.volume.file, id: state.volume.id } } : {}) }, await bootFiles(() => undefined));
+    await restartGuest(stack, { role, instanceId: guest.instanceId, ...(role === "sandbox" ? { volume: { file: state.volume.file, id: state.volume.id } } : {}) }, await bootFiles(() => undefined));
 }
 
 export async function down(stack: string): Promise<void> {
