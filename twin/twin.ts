@@ -282,12 +282,16 @@ export async function stop(stack: string, role: GuestRole): Promise<void> {
     await stopGuest(stack, role);
 }
 
-/** Powers a stopped guest on again from its own disk (not a new server: cloud-init does not run again). */
+/**
+ * Powers a stopped guest on again from its own disk (not a new server: cloud-init does not
+ * run again), and returns once its guest agent answers (`twin exec` works).
+ */
 export async function start(stack: string, role: GuestRole): Promise<void> {
     const state = requireState(stack);
     const guest = state.guests[role];
     if (!guest) throw new TwinError(`the twin of ${stack} has no ${role}`);
     await restartGuest(stack, { role, instanceId: guest.instanceId, ...(role === "sandbox" ? { volume: { file: state.volume.file, id: state.volume.id } } : {}) }, await bootFiles(() => undefined));
+    await waitForAgent(stack, role, BOOT_TIMEOUT_MS);
 }
 
 export async function down(stack: string): Promise<void> {
