@@ -8,7 +8,7 @@ import { attachLoop, LoopDevice, mountsUnder, unmountUnder } from "./helpers/btr
 import { CheckpointRig, RIG_IMAGE, startCheckpointRig } from "./helpers/checkpointRig";
 import type { TestDocker } from "./helpers/dockerd";
 import { editedStack, renderHosts } from "./helpers/stacks";
-import { isRoot, run, toolsAvailable } from "./helpers/tools";
+import { freeUid, isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
  * The workspace volume and the checkpoint engine for real, as root: a btrfs
@@ -30,6 +30,13 @@ while True:
     with open(peers, "a") as f:
         f.write(f"{uid}\\n")
     conn.recv(65536)
+    if answer == b"TRICKLE":
+        # An answer that never ends, a byte at a time: no read on the way ever times out.
+        import time
+        conn.sendall(b"HTTP/1.0 200 OK\\r\\nContent-Type: application/json\\r\\n\\r\\n[")
+        while True:
+            time.sleep(2)
+            conn.sendall(b" ")
     conn.sendall(b"HTTP/1.0 200 OK\\r\\nContent-Type: application/json\\r\\n\\r\\n" + answer)
     conn.close()
 `;
@@ -90,7 +97,7 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
 
     beforeAll(async () => {
         if (run("id", [AGENT]).status !== 0) {
-            expect(run("useradd", ["--create-home", "--shell", "/bin/bash", AGENT]).status).toBe(0);
+            expect(run("useradd", ["--create-home", "--shell", "/bin/bash", "--uid", String(freeUid(1611, 1629)), AGENT]).status).toBe(0);
             createdUser = true;
         }
         uid = Number(run("id", ["-u", AGENT]).stdout.trim());
@@ -324,6 +331,27 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
             }
         });
 
+        it("an answer from the agent's Docker that never ends costs a checkpoint its image list, not the checkpoint: root stops waiting", async () => {
+            const dir = fs.mkdtempSync(path.join(root, "slow-docker-"));
+            fs.chmodSync(dir, 0o755);
+            const socketPath = path.join(dir, "docker.sock");
+            const server = spawn("python3", ["-c", FAKE_DOCKER, socketPath, path.join(dir, "peers"), "TRICKLE"], { stdio: "ignore" });
+            try {
+                for (let i = 0; i < 50 && !fs.existsSync(socketPath); i++) await new Promise((r) => setTimeout(r, 100));
+                fs.chmodSync(socketPath, 0o666);
+                const configFile = path.join(dir, "checkpoints.json");
+                fs.writeFileSync(configFile, JSON.stringify({ ...config, dockerHost: `unix://${socketPath}` }));
+                // Before: root waited for the child as long as the answer went on (this run's timeout).
+                const result = run(engine, ["create", "shared", "--label-b64", b64("slow daemon")], { env: { PATH: "/usr/bin:/bin", AIRLOCK_CHECKPOINTS_CONFIG: configFile }, timeout: 150_000 });
+                expect(result.status, result.stderr).toBe(0);
+                expect(list().at(-1)).toMatchObject({ label: "slow daemon", containers: null });
+                // The child that asked is gone, not left holding anything of root's.
+                expect(run("pgrep", ["-u", String(uid), "-f", "checkpoint"]).stdout.trim()).toBe("");
+            } finally {
+                server.kill();
+            }
+        }, 180_000);
+
         it("bad requests are refused with one line, and nothing changes", () => {
             const before = ckpt("list", "shared", "--json").stdout;
             for (const args of [
@@ -422,6 +450,85 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
             writeConfig({ keep: 20 });
         }, 300_000);
 
+        it("taking a checkpoint gives its workspace no room past the floor: writing to its cap and checkpointing, ten times over, keeps the floor", () => {
+            writeConfig({ keep: 100 });
+            const before = new Set(list().map((c) => c.id));
+            const rounds: string[] = [];
+            try {
+                for (let round = 0; round < 10; round++) {
+                    const name = `round-${round}`;
+                    rounds.push(name);
+                    expect(asAgent(`dd if=/dev/zero of=${link}/${name} bs=1M count=4096 status=none; sync`).stderr).toMatch(/Disk quota exceeded/);
+                    run("btrfs", ["filesystem", "sync", volume]);
+                    const taken = ckpt("create", "shared", "--label-b64", b64(name));
+                    expect(taken.status, taken.stderr).toBe(0);
+                }
+                // Before: each checkpoint reset the cap to 8 MiB above what the workspace held alone (seen first).
+                expect(freePercent()).toBeGreaterThanOrEqual(config.minFreePercent);
+            } finally {
+                for (const name of rounds) fs.rmSync(path.join(link, name), { force: true });
+                for (const c of list().filter((c) => !before.has(c.id))) {
+                    run("btrfs", ["subvolume", "delete", path.join(volume, "checkpoints", "shared", String(c.id))]);
+                    fs.rmSync(path.join(volume, "checkpoints", "shared", `${c.id}.json`), { force: true });
+                }
+                run("btrfs", ["subvolume", "sync", volume], { timeout: 120_000 });
+                expect(ckpt("limits").status).toBe(0);
+                writeConfig({ keep: 20 });
+            }
+        }, 300_000);
+
+        it("a btrfs subvolume it makes inside its workspace (from its container) is outside its quota, yet filling the volume with it costs no checkpoint it needs: the timer fails loudly instead", () => {
+            writeConfig({ keep: 100 });
+            expect(asAgent(`mkdir -p ${link}/precious && seq 1 100000 > ${link}/precious/data`).status).toBe(0);
+            const data = fs.readFileSync(path.join(link, "precious", "data"));
+            expect(ckpt("create", "shared", "--label-b64", b64("precious")).status).toBe(0);
+            const anchored = list()[0].id;
+            // From its container, one command: the work deleted, a subvolume made, the volume filled through it.
+            const made = exec("agent-sandbox-shell", "rm -rf /workspace/precious && btrfs subvolume create /workspace/nested");
+            expect(made.status, made.stderr).toBe(0);
+            const fill = exec("agent-sandbox-shell", "dd if=/dev/zero of=/workspace/nested/fill bs=1M; sync");
+            expect(fill.stderr).toMatch(/No space left on device/);
+            run("btrfs", ["filesystem", "sync", volume]);
+            try {
+                const maintained = ckpt("maintain");
+                // Before: the floor removed every checkpoint, the one holding the deleted work included (seen first).
+                const kept = list();
+                expect(kept.at(-1)?.label).toBe("precious");
+                expect(kept.map((c) => c.id)).toContain(anchored);
+                expect(maintained.status).toBe(1);
+                expect(maintained.stderr).toMatch(/airlock: the volume is \d+% full and no checkpoint is left that may go/);
+            } finally {
+                // What the operator does: the file goes first, the caps follow the space now free
+                // (at a full volume the workspace's cap left it no room even to drop the subvolume's entry).
+                fs.rmSync(path.join(link, "nested", "fill"), { force: true });
+                run("btrfs", ["filesystem", "sync", volume]);
+                const limited = ckpt("limits");
+                expect(limited.status, limited.stderr).toBe(0);
+                const removed = run("btrfs", ["subvolume", "delete", "--commit-after", path.join(link, "nested")]);
+                expect(removed.status, removed.stderr).toBe(0);
+                run("btrfs", ["subvolume", "sync", volume], { timeout: 120_000 });
+            }
+            const restored = ckpt("restore", "shared", "--label-b64", b64("precious"));
+            expect(restored.status, restored.stderr).toBe(0);
+            expect(fs.readFileSync(path.join(link, "precious", "data")).equals(data)).toBe(true);
+            writeConfig({ keep: 20 });
+        }, 300_000);
+
+        it("a mount the agent puts over its workspace path (a FUSE mount after an escape) is not what root's engine sees", () => {
+            // The rig's tree is a shared mount, as systemd makes / on the sandbox.
+            const shared = path.join(workspaces, "shared");
+            expect(run("mount", ["-t", "tmpfs", "-o", "size=1m", "agent-fuse", shared]).status).toBe(0);
+            try {
+                // Before: it showed through at the volume's own path, and every checkpoint of every workspace failed (seen first).
+                expect(fs.lstatSync(path.join(volume, "workspaces", "shared")).ino).toBe(256);
+                const taken = ckpt("create", "shared", "--label-b64", b64("under a mount"));
+                expect(taken.status, taken.stderr).toBe(0);
+                expect(ckpt("limits").status).toBe(0);
+            } finally {
+                run("umount", [shared]);
+            }
+        });
+
         it("even root cannot write into a checkpoint: it is read-only", () => {
             const result = run("touch", [path.join(volume, "checkpoints", "shared", "1", "planted")]);
             expect(result.stderr).toMatch(/Read-only file system/);
@@ -490,9 +597,10 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
             expect(list().map((c) => c.id)).toEqual([ids.at(-1)]);
         });
 
-        it("below the free-space floor the oldest checkpoints go first, until the floor holds", () => {
+        it("below the free-space floor the oldest checkpoints go first, until the floor holds - but never a workspace's newest or the first of an hour or day", () => {
             // Space taken past the agent's cap (by root here): what the floor is for.
             expect(run("btrfs", ["qgroup", "limit", "-e", "none", link]).status).toBe(0);
+            expect(ckpt("create", "shared", "--label-b64", b64("first of the hour")).status).toBe(0);
             const big = fillFile(path.join(link, "big.bin"), 40);
             expect(ckpt("create", "shared", "--label-b64", b64("holds 640 MiB")).status).toBe(0);
             fs.rmSync(big);
@@ -509,7 +617,7 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
             expect(result.status, result.stderr).toBe(0);
             expect(result.stdout).toMatch(new RegExp(`free space below ${floor}%: removed checkpoint \\d+ of shared`));
             expect(list().map((c) => c.label)).not.toContain("holds 640 MiB");
-            expect(list().map((c) => c.label)).toContain("small");
+            expect(list().map((c) => c.label)).toEqual(expect.arrayContaining(["first of the hour", "small"]));
             expect(free()).toBeGreaterThanOrEqual(floor);
             writeConfig({ minFreePercent: 10 });
         });
@@ -520,7 +628,7 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
             const filler = fillFile(path.join(link, "filler.bin"), 70);
             const result = ckpt("maintain");
             expect(result.status).toBe(1);
-            expect(result.stderr).toMatch(/airlock: the volume is \d+% full and no checkpoint is left to remove/);
+            expect(result.stderr).toMatch(/airlock: the volume is \d+% full and no checkpoint is left that may go/);
             fs.rmSync(filler);
             writeConfig({ minFreePercent: 10 });
         });
@@ -577,25 +685,47 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
             expect(exec("agent-s-alpha", "cat /workspace/mine.txt").stdout).toBe("s-alpha\n");
         });
 
-        it("a new session starts as a clone of the newest checkpoint labelled base", () => {
-            expect(exec("agent-s-beta", "mkdir -p /workspace/repo && echo cloned > /workspace/repo/README").status).toBe(0);
+        it("a new session starts as a clone of the newest base checkpoint, which root takes: a session labelling its own checkpoint base seeds nothing", () => {
+            writeConfig({ sessions: { ...config.sessions, max: 4 } });
+            // What the broker sends for the agent's `airlock checkpoint --label base` (before: every later session started from it, seen first).
+            expect(exec("agent-s-beta", "mkdir -p /workspace/.git/hooks && echo planted > /workspace/.git/hooks/post-checkout").status).toBe(0);
             expect(ckpt("create", "s-beta", "--label-b64", b64("base")).status).toBe(0);
             expect(ensure("s-gamma").status).toBe(0);
-            expect(exec("agent-s-gamma", "cat /workspace/repo/README").stdout).toBe("cloned\n");
+            expect(exec("agent-s-gamma", "ls -A /workspace").stdout).toBe("");
+            // The operator's, as root on the sandbox.
+            expect(exec("agent-s-beta", "rm -rf /workspace/.git && mkdir -p /workspace/repo && echo cloned > /workspace/repo/README").status).toBe(0);
+            expect(ckpt("create", "s-beta", "--base").status).toBe(0);
+            expect(list("s-beta").at(-1)).toMatchObject({ kind: "base", label: "base" });
+            // Older than keepDays, with the session's work checkpointed since: it stays (before: removed by age, seen first).
+            const base = list("s-beta").at(-1)!.id;
+            ageCheckpoints(list("s-beta").map((c) => c.id), 8 * 86400, "s-beta");
+            expect(ckpt("create", "s-beta").status).toBe(0);
+            const maintained = ckpt("maintain");
+            expect(maintained.status, maintained.stderr).toBe(0);
+            expect(list("s-beta").map((c) => c.id)).toContain(base);
+            expect(ensure("s-epsilon").status).toBe(0);
+            expect(exec("agent-s-epsilon", "cat /workspace/repo/README").stdout).toBe("cloned\n");
         });
 
         it("no more sessions than the configured maximum", () => {
             const refused = ensure("s-delta");
             expect(refused.status).toBe(2);
-            expect(refused.stderr.trim()).toBe("airlock: 3 sessions exist already; let one go idle or finish its connection");
+            expect(refused.stderr.trim()).toBe("airlock: 4 sessions exist already; let one go idle or finish its connection");
         });
 
         it("a connection's unnamed session is thrown away once its connection is gone", () => {
             writeConfig({ sessions: { ...config.sessions, max: 8 } });
             expect(ensure("c-0123456789ab", "--connection", "127.0.0.1 50000 127.0.0.1 22").status).toBe(0);
             expect(exec("agent-c-0123456789ab", "echo scratch > /workspace/tmp.txt").status).toBe(0);
+            // A subvolume the agent made inside it (a plain delete refuses a subvolume that holds one:
+            // before, that failed every timer run from then on, seen first).
+            // One inside another and made read-only (before the delete by id, rm could not take that apart either: seen first).
+            const ws = `${workspaces}/c-0123456789ab`;
+            const planted = asAgent(`btrfs subvolume create ${ws}/nested && touch ${ws}/nested/x && btrfs subvolume create ${ws}/nested/deeper && btrfs property set ${ws}/nested ro true`);
+            expect(planted.status, planted.stderr).toBe(0);
             expect(ckpt("create", "c-0123456789ab").status).toBe(0);
             const swept = ckpt("maintain");
+            expect(swept.status, swept.stderr).toBe(0);
             expect(swept.stdout).toContain("session c-0123456789ab: connection ended, thrown away");
             expect(fs.existsSync(path.join(workspaces, "c-0123456789ab"))).toBe(false);
             expect(fs.existsSync(path.join(volume, "checkpoints", "c-0123456789ab", "1"))).toBe(false);

@@ -12,7 +12,7 @@ import { newHostKey } from "./helpers/sshdRig";
 import { AIRLOCK_BIN } from "./helpers/cli";
 import { readmeSample } from "./helpers/readme";
 import { editedStack, renderedFile, renderHosts, tempDir } from "./helpers/stacks";
-import { installFiles, isRoot, run, toolsAvailable } from "./helpers/tools";
+import { freeUid, installFiles, isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
  * `airlock secrets push` end to end: the operator's CLI in one network namespace,
@@ -30,12 +30,6 @@ const IMAGE = "airlock-test/runtime:1";
 
 const canRun = isRoot() && toolsAvailable("e2e secrets push", ["ip", "sshd", "ssh", "sudo", "useradd", "dockerd", "docker-compose", "busybox", "python3"]);
 if (!isRoot()) console.warn("SKIPPED e2e secrets push: needs root (CI runs it as root)");
-
-/** A free uid for the test agent: the rendered tool and compose name /run/user/<uid>. */
-function freeUid(): number {
-    for (let uid = 1571; uid < 1600; uid++) if (run("getent", ["passwd", String(uid)]).status !== 0) return uid;
-    throw new Error("no free uid in 1571-1599");
-}
 
 describe.runIf(canRun)("airlock secrets push to the gateway over ssh", () => {
     let net: TestNet;
@@ -94,7 +88,7 @@ describe.runIf(canRun)("airlock secrets push to the gateway over ssh", () => {
     };
 
     beforeAll(async () => {
-        uid = freeUid();
+        uid = freeUid(1571, 1599);
         net = createTestNet(`s${process.pid % 1000}`);
         for (const [user, extra] of [[AGENT, ["--uid", String(uid)]], [OPS, []]] as const) {
             if (run("id", [user]).status !== 0) {

@@ -12,7 +12,7 @@ import { CheckpointRig, startCheckpointRig } from "./helpers/checkpointRig";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
 import { editedStack, readmeSample, renderHosts, renderedFile, tempDir } from "./helpers/stacks";
 import { agentSshArgs, enforceEgress, installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
-import { isRoot, run, toolsAvailable } from "./helpers/tools";
+import { freeUid, isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
  * The undo button end to end, the agent's way: ssh from a "gateway" namespace with
@@ -74,7 +74,7 @@ describe.runIf(canRun)("the undo button through ssh", () => {
     beforeAll(async () => {
         net = createTestNet(String(process.pid % 10000));
         if (run("id", [AGENT]).status !== 0) {
-            expect(run("useradd", ["--create-home", "--shell", "/bin/bash", AGENT]).status).toBe(0);
+            expect(run("useradd", ["--create-home", "--shell", "/bin/bash", "--uid", String(freeUid(1631, 1649)), AGENT]).status).toBe(0);
             createdUser = true;
         }
         const uid = Number(run("id", ["-u", AGENT]).stdout.trim());

@@ -83,6 +83,6 @@ if ((status == 0)); then status=$twin_status; fi
 node -e 'const fs = require("node:fs");
 const results = ["out/test-results.json", "out/test-results-twin.json"].filter((f) => fs.existsSync(f)).map((f) => JSON.parse(fs.readFileSync(f, "utf8")));
 const sum = (key) => results.reduce((n, r) => n + r[key], 0);
-const broken = sum("numFailedTestSuites");
+const broken = results.reduce((n, r) => n + r.testResults.filter((file) => file.status === "failed").length, 0);
 console.log(`${sum("numPassedTests")} passed, ${sum("numFailedTests")} failed, ${sum("numPendingTests") + sum("numTodoTests")} skipped${broken > 0 ? `, ${broken} test files failed` : ""}`);'
 exit "$status"

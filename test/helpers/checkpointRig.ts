@@ -39,9 +39,12 @@ export const RIG_IMAGE = "airlock-test/shell-git:1";
 
 export async function startCheckpointRig(cfg: StackConfig, sandbox: RenderedHost, volumeBytes: number): Promise<CheckpointRig> {
     const undo: (() => unknown)[] = [];
+    // Every step runs even when one before it fails: a daemon left running keeps its socket for the next holder of the uid.
     const release = async () => {
-        for (const step of undo.reverse()) await step();
+        const failures: unknown[] = [];
+        for (const step of undo.reverse()) await Promise.resolve().then(step).catch((err) => failures.push(err));
         undo.length = 0;
+        if (failures.length > 0) throw failures[0];
     };
     try {
         const uid = Number(run("id", ["-u", cfg.agent.user]).stdout.trim());
@@ -49,6 +52,12 @@ export async function startCheckpointRig(cfg: StackConfig, sandbox: RenderedHost
         const work = fs.mkdtempSync("/tmp/airlock-rig-");
         fs.chmodSync(work, 0o755);
         undo.push(() => mountsUnder(work).length === 0 && run("rm", ["-rf", work]));
+        // A shared mount, as systemd makes / on the sandbox: what is mounted below it propagates as it would there.
+        for (const args of [["--bind", work, work], ["--make-shared", work]]) {
+            const made = run("mount", args);
+            if (made.status !== 0) throw new Error(`mount ${args.join(" ")}: ${made.stderr}`);
+        }
+        undo.push(() => unmountUnder(work));
 
         const engine = path.join(work, "checkpoint");
         fs.writeFileSync(engine, renderedFile(sandbox, CHECKPOINT_ENGINE_PATH), { mode: 0o700 });
@@ -71,19 +80,27 @@ export async function startCheckpointRig(cfg: StackConfig, sandbox: RenderedHost
         }
         run("chown", [`${uid}:${uid}`, userSocketDir]);
         const agentSocket = path.join(userSocketDir, "docker.sock");
-        if (fs.existsSync(agentSocket)) throw new Error(`${agentSocket} exists already`);
+        if (fs.existsSync(agentSocket)) {
+            const listening = run("docker", ["--host", `unix://${agentSocket}`, "version", "--format", "{{.Server.Version}}"], { timeout: 10_000 });
+            if (listening.status === 0) throw new Error(`${agentSocket} is served by another daemon already`);
+            fs.rmSync(agentSocket, { force: true });
+        }
         const dockerDir = path.join(work, "docker");
         fs.mkdirSync(dockerDir);
         const docker = await startDockerd(dockerDir, [agentSocket]);
         undo.push(async () => {
-            for (const id of docker.docker(["ps", "--all", "--quiet"]).stdout.split(/\s+/).filter(Boolean)) docker.docker(["rm", "--force", id]);
-            // A network left behind keeps its bridge on the host after the daemon is gone.
-            docker.docker(["network", "prune", "--force"]);
-            await docker.stop();
-            fs.rmSync(agentSocket, { force: true });
+            try {
+                for (const id of docker.docker(["ps", "--all", "--quiet"]).stdout.split(/\s+/).filter(Boolean)) docker.docker(["rm", "--force", id]);
+                // A network left behind keeps its bridge on the host after the daemon is gone.
+                docker.docker(["network", "prune", "--force"]);
+            } finally {
+                await docker.stop();
+                fs.rmSync(agentSocket, { force: true });
+            }
         });
         run("chown", [String(uid), agentSocket]);
-        importTestImage(docker, dockerDir, RIG_IMAGE, ["/usr/bin/git"]);
+        // git for the classic scenario; btrfs for the agent making a subvolume from its container.
+        importTestImage(docker, dockerDir, RIG_IMAGE, ["/usr/bin/git", "/usr/bin/btrfs"]);
 
         const images = { sandboxShell: RIG_IMAGE, browser: RIG_IMAGE, postgres: RIG_IMAGE, redis: RIG_IMAGE, api: RIG_IMAGE, adguard: RIG_IMAGE, agent: RIG_IMAGE, agentMemoryDb: RIG_IMAGE, services: {} };
         const compose = path.join(work, "compose.yml");

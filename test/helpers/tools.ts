@@ -25,6 +25,16 @@ export function isRoot(): boolean {
     return process.getuid?.() === 0;
 }
 
+/**
+ * A uid no account holds, from a range that belongs to one test file: test users come and
+ * go while other files run, and a uid handed on to the next useradd inherits whatever its
+ * last holder left under /run/user/<uid>.
+ */
+export function freeUid(first: number, last: number): number {
+    for (let uid = first; uid <= last; uid++) if (run("getent", ["passwd", String(uid)]).status !== 0) return uid;
+    throw new Error(`no free uid in ${first}-${last}`);
+}
+
 export function run(cmd: string, args: string[], options: SpawnSyncOptions = {}) {
     const result = spawnSync(cmd, args, { encoding: "utf8", ...options });
     return { status: result.status, stdout: String(result.stdout ?? ""), stderr: String(result.stderr ?? ""), error: result.error };
