@@ -119,16 +119,27 @@ export async function checkpointCost(log: (line: string) => void): Promise<Check
             const touch = (i: number) => {
                 for (let k = 0; k < 5; k++) fs.writeFileSync(path.join(workspace, `edit-${k}.txt`), `step ${i} ${crypto.randomBytes(2048).toString("hex")}\n`);
             };
-            const checkpoint = timed(`checkpoint at ${size.label}`, 21, () => rig.ckpt("create", "shared", "--label-b64", Buffer.from(`bench ${size.label}`).toString("base64")), touch, log);
-            const restore = timed(`restore at ${size.label}`, 9, () => rig.ckpt("restore", "shared", "--last"), touch, log);
-            const snapshot = timed(
-                `btrfs snapshot alone at ${size.label}`,
-                21,
-                (i) => run("btrfs", ["subvolume", "snapshot", "-r", workspace, path.join(rig.dirs.volume, `bench-${sizes.length}-${i}`)]),
-                touch,
-                log,
-            );
+            // A bare snapshot beside each checkpoint, in the same state: how much of a checkpoint is btrfs's.
+            const bare: number[] = [];
+            const taken: number[] = [];
+            for (let i = 0; i < 21; i++) {
+                touch(i);
+                const snapStarted = performance.now();
+                const snapped = run("btrfs", ["subvolume", "snapshot", "-r", workspace, path.join(rig.dirs.volume, `bench-${sizes.length}-${i}`)]);
+                bare.push(performance.now() - snapStarted);
+                if (snapped.status !== 0) throw new Error(`btrfs snapshot at ${size.label}: ${snapped.stderr.trim()}`);
+                touch(i);
+                const started = performance.now();
+                const created = rig.ckpt("create", "shared", "--label-b64", Buffer.from(`bench ${size.label}`).toString("base64"));
+                taken.push(performance.now() - started);
+                if (created.status !== 0) throw new Error(`checkpoint at ${size.label}: ${created.stderr.trim()}`);
+            }
+            const checkpoint = series(taken);
+            log(`  checkpoint at ${size.label}: ${checkpoint.runs} runs, p50 ${checkpoint.p50.toFixed(1)} ms, p95 ${checkpoint.p95.toFixed(1)} ms`);
+            const snapshot = series(bare);
+            log(`  btrfs snapshot alone at ${size.label} (beside each checkpoint): p50 ${snapshot.p50.toFixed(1)} ms, p95 ${snapshot.p95.toFixed(1)} ms`);
             for (let i = 0; i < 21; i++) run("btrfs", ["subvolume", "delete", path.join(rig.dirs.volume, `bench-${sizes.length}-${i}`)]);
+            const restore = timed(`restore at ${size.label}`, 9, () => rig.ckpt("restore", "shared", "--last"), touch, log);
             sizes.push({ ...size, files, checkpoint, restore, snapshot });
         }
 
