@@ -345,7 +345,7 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
                 const result = run(engine, ["create", "shared", "--label-b64", b64("slow daemon")], { env: { PATH: "/usr/bin:/bin", AIRLOCK_CHECKPOINTS_CONFIG: configFile }, timeout: 150_000 });
                 expect(result.status, result.stderr).toBe(0);
                 expect(list().at(-1)).toMatchObject({ label: "slow daemon", containers: null });
-                // The child that asked is gone, not left holding anything of root's.
+                // The child that asked is gone (its own alarm: under the broker's unit root cannot kill it).
                 expect(run("pgrep", ["-u", String(uid), "-f", "checkpoint"]).stdout.trim()).toBe("");
             } finally {
                 server.kill();
@@ -528,6 +528,26 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
                 run("umount", [shared]);
             }
         });
+
+        it("a subvolume it nests past PATH_MAX (from its container) breaks neither its checkpoints nor the caps", () => {
+            const made = exec("agent-sandbox-shell", deepSubvolume("/workspace"));
+            expect(made.status, made.stderr).toBe(0);
+            try {
+                // Before: btrfs qgroup show failed on the volume, and so every checkpoint, restore and timer run (seen first).
+                const taken = ckpt("create", "shared", "--label-b64", b64("deep"));
+                expect(taken.status, taken.stderr).toBe(0);
+                const limited = ckpt("limits");
+                expect(limited.status, limited.stderr).toBe(0);
+                const restored = ckpt("restore", "shared", "--last");
+                expect(restored.status, restored.stderr).toBe(0);
+            } finally {
+                // An empty subvolume goes with rmdir (root).
+                run("rm", ["-rf", path.join(link, `d00${"x".repeat(247)}`)]);
+            }
+            // The state the restore replaced held that subvolume: nothing of it is left behind.
+            expect(fs.readdirSync(path.join(volume, "workspaces")).filter((n) => n.startsWith(".restore"))).toEqual([]);
+            expect(fs.readdirSync(path.join(volume, ".trash"))).toEqual([]);
+        }, 120_000);
 
         it("even root cannot write into a checkpoint: it is read-only", () => {
             const result = run("touch", [path.join(volume, "checkpoints", "shared", "1", "planted")]);
@@ -723,12 +743,18 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
             const ws = `${workspaces}/c-0123456789ab`;
             const planted = asAgent(`btrfs subvolume create ${ws}/nested && touch ${ws}/nested/x && btrfs subvolume create ${ws}/nested/deeper && btrfs property set ${ws}/nested ro true`);
             expect(planted.status, planted.stderr).toBe(0);
+            // And one nested past PATH_MAX (no path reaches it: seen failing first), in a workspace at its cap
+            // (moving a subvolume out of it writes to it: root's writes failed too, seen first).
+            const deep = exec("agent-c-0123456789ab", deepSubvolume("/workspace"));
+            expect(deep.status, deep.stderr).toBe(0);
+            expect(exec("agent-c-0123456789ab", "dd if=/dev/zero of=/workspace/fill bs=1M count=4096 status=none").stderr).toMatch(/Disk quota exceeded/);
             expect(ckpt("create", "c-0123456789ab").status).toBe(0);
             const swept = ckpt("maintain");
             expect(swept.status, swept.stderr).toBe(0);
             expect(swept.stdout).toContain("session c-0123456789ab: connection ended, thrown away");
             expect(fs.existsSync(path.join(workspaces, "c-0123456789ab"))).toBe(false);
             expect(fs.existsSync(path.join(volume, "checkpoints", "c-0123456789ab", "1"))).toBe(false);
+            expect(fs.readdirSync(path.join(volume, ".trash"))).toEqual([]);
             expect(dockerd!.docker(["inspect", "agent-c-0123456789ab"]).status).not.toBe(0);
         });
 
@@ -744,6 +770,12 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
 });
 
 /** Writes `chunks` x 16 MiB of incompressible data to `file` and syncs; returns the file. */
+/** A shell line that nests a subvolume past PATH_MAX below `dir` (17 directories of 250 characters). */
+function deepSubvolume(dir: string): string {
+    const names = Array.from({ length: 17 }, (_, i) => `d${String(i).padStart(2, "0")}${"x".repeat(247)}`);
+    return `cd ${dir} && for n in ${names.join(" ")}; do mkdir $n && cd $n; done && btrfs subvolume create deep >/dev/null && touch deep/f`;
+}
+
 function fillFile(file: string, chunks: number): string {
     const fd = fs.openSync(file, "w");
     const chunk = crypto.randomBytes(16 * 1024 ** 2);
