@@ -68,7 +68,7 @@ npm run -s build
 # guests' own time) runs beside the rest, each in a vitest process of its own, so the
 # rest still runs one file at a time as on any 2-core machine. Its log follows the rest's.
 readonly TWIN_SUITE=test/e2e-twin.test.ts
-npx vitest run "$TWIN_SUITE" --reporter=default --reporter=json --outputFile.json=out/test-results-twin.json >out/test-twin.log 2>&1 &
+AIRLOCK_TWIN_BESIDE_SUITE=1 npx vitest run "$TWIN_SUITE" --reporter=default --reporter=json --outputFile.json=out/test-results-twin.json >out/test-twin.log 2>&1 &
 twin=$!
 status=0
 npx vitest run --exclude "$TWIN_SUITE" --reporter=default --reporter=json --outputFile.json=out/test-results.json || status=$?

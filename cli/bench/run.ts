@@ -238,6 +238,9 @@ export interface TwinFigures {
     firstAgentCommandAfterReplaceSeconds?: number;
     bootOrderConvergedSeconds?: number;
     suiteSeconds?: number;
+    /** The warm figures were taken beside the rest of the suite (test/run.sh), not alone. */
+    besideSuite?: boolean;
+    upColdBesideSuite?: boolean;
     /** What the run did not show (a first boot that ended in error, a step not reached). */
     note?: string;
 }
@@ -245,6 +248,7 @@ export interface TwinFigures {
 function twinSection(twin: TwinFigures | undefined): string[] {
     const lines = ["## 7. The twin, under emulation", ""];
     if (!twin) return [...lines, "Not measured yet: run `test/e2e-twin.test.ts` as root with `AIRLOCK_TWIN_FIGURES=1`."];
+    const where = (beside: boolean | undefined) => (beside === undefined ? "" : beside ? ", beside the rest of the test suite (`sudo test/run.sh`, as CI runs it)" : ", alone on the machine");
     const s = (seconds: number | undefined) => (seconds === undefined ? "not measured" : seconds >= 120 ? `${(seconds / 60).toFixed(1)} min` : `${seconds.toFixed(1)} s`);
     return [
         ...lines,
@@ -252,12 +256,12 @@ function twinSection(twin: TwinFigures | undefined): string[] {
         "",
         "| measure | time |",
         "|---|---:|",
-        `| \`twin up\` to both hosts ready (cloud-init \`status: done\`, the agent's workloads running), cache warm (base image, apt mirror, images) | ${s(twin.upCachedSeconds)} |`,
-        `| \`twin up\` with a cold cache (base image, apt mirror and images built first) | ${s(twin.upColdSeconds)} |`,
+        `| \`twin up\` to both hosts ready (cloud-init \`status: done\`, the agent's workloads running), cache warm (base image, apt mirror, images)${where(twin.besideSuite)} | ${s(twin.upCachedSeconds)} |`,
+        `| \`twin up\` with a cold base image (built first with mmdebstrap; apt mirror and images cached)${where(twin.upColdBesideSuite)} | ${s(twin.upColdSeconds)} |`,
         `| \`twin replace\`: a replacement sandbox, destroy to ready | ${s(twin.replaceToReadySeconds)} |`,
         `| the first agent command after the replacement (\`twin agent\`, a new ssh connection) | ${s(twin.firstAgentCommandAfterReplaceSeconds)} |`,
         `| boot order: the gateway powered on again (the sandbox rebooted while it was down), until the agent's command runs and its query reaches the resolver | ${s(twin.bootOrderConvergedSeconds)} |`,
-        `| the whole twin suite (one pair, one replacement, one reboot), alone on the machine | ${s(twin.suiteSeconds)} |`,
+        `| the whole twin suite (one pair, one replacement, one reboot)${where(twin.besideSuite)} | ${s(twin.suiteSeconds)} |`,
         ...(twin.note ? ["", twin.note] : []),
     ];
 }
