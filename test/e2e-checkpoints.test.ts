@@ -549,6 +549,36 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
             expect(fs.readdirSync(path.join(volume, ".trash"))).toEqual([]);
         }, 120_000);
 
+        it("a removal the agent keeps from finishing leaves the workspace capped at what it holds, never uncapped", () => {
+            const held = path.join(volume, "workspaces", "s-held");
+            expect(run("btrfs", ["subvolume", "create", held]).status).toBe(0);
+            expect(run("btrfs", ["subvolume", "create", path.join(held, "inner")]).status).toBe(0);
+            run("btrfs", ["filesystem", "sync", volume]);
+            // The engine's own removal, with every delete failing as when the agent keeps making subvolumes inside.
+            const harness = [
+                "import importlib.machinery, importlib.util, subprocess, sys",
+                "loader = importlib.machinery.SourceFileLoader('engine', sys.argv[1])",
+                "engine = importlib.util.module_from_spec(importlib.util.spec_from_loader('engine', loader)); loader.exec_module(engine)",
+                "engine.CFG = engine.load_config()",
+                "top = engine.subvolume_id(sys.argv[2]); engine.limit_exclusive(top, 4 << 20)",
+                "real = engine.run",
+                "engine.run = lambda argv, **kw: subprocess.CompletedProcess(argv, 1, '', 'held') if argv[:3] == ['btrfs', 'subvolume', 'delete'] else real(argv, **kw)",
+                "try:\n    engine.discard(sys.argv[2])\nexcept engine.Failed as err:\n    print('failed:', err, file=sys.stderr)",
+                "print(top)",
+            ].join("\n");
+            const tried = run("python3", ["-I", "-c", harness, engine, held], { env: { PATH: "/usr/bin:/bin", AIRLOCK_CHECKPOINTS_CONFIG: rig!.configPath } });
+            expect(tried.status, tried.stderr).toBe(0);
+            expect(tried.stderr).toMatch(/failed: could not delete/);
+            const top = tried.stdout.trim();
+            const row = run("btrfs", ["qgroup", "show", "-e", "--raw", volume]).stdout.split("\n").find((line) => line.startsWith(`0/${top} `));
+            // Before: its cap was lifted for the removal and stayed lifted (seen in a red team's run).
+            expect(row?.split(/\s+/)[3]).toMatch(/^[0-9]+$/);
+            // The timer deletes what the trash holds.
+            const maintained = ckpt("maintain");
+            expect(maintained.status, maintained.stderr).toBe(0);
+            expect(fs.readdirSync(path.join(volume, ".trash"))).toEqual([]);
+        });
+
         it("even root cannot write into a checkpoint: it is read-only", () => {
             const result = run("touch", [path.join(volume, "checkpoints", "shared", "1", "planted")]);
             expect(result.stderr).toMatch(/Read-only file system/);
