@@ -55,9 +55,12 @@ describe.runIf(canRun)("the gateway's tailnet DNS redirect", () => {
                 spawn("ip", ["netns", "exec", gw, "runuser", "-u", "nobody", "--", "socat", `${proto}:${RESOLVER_PUBLISHED_PORT},bind=${GATEWAY},fork,reuseaddr`, "SYSTEM:echo answer-from-the-resolver"], { stdio: "ignore" }),
             );
         }
-        // Listening when a direct query to the published port is answered.
-        for (let i = 0; i < 50 && !inNs(sb, ["socat", "-T", "1", "-", `UDP4:${GATEWAY}:${RESOLVER_PUBLISHED_PORT}`], "ready?\n").stdout.includes("answer"); i++) {
-            await new Promise((resolve) => setTimeout(resolve, 100));
+        // Listening when a direct query to the published port is answered, over each protocol
+        // (a full run once asked over TCP before that listener was up).
+        for (const proto of ["UDP4", "TCP4"]) {
+            for (let i = 0; i < 50 && !inNs(sb, ["socat", "-T", "1", "-", `${proto}:${GATEWAY}:${RESOLVER_PUBLISHED_PORT}`], "ready?\n").stdout.includes("answer"); i++) {
+                await new Promise((resolve) => setTimeout(resolve, 100));
+            }
         }
     });
 
