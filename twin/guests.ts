@@ -132,7 +132,7 @@ async function startQemu(stack: string, launch: GuestLaunch, boot: BootFiles, ov
     child.once("exit", () => (exited = true));
     const until = Date.now() + 60_000;
     while (!fs.existsSync(qgaSocket(stack, launch.role)) || guestPid(stack, launch.role) === undefined) {
-        if (exited || Date.now() > until) throw new TwinError(`the ${launch.role} did not start: ${fs.readFileSync(logFile, "utf8").trim().split("\n").slice(-5).join(" / ") || "QEMU said nothing"}`);
+        if (exited || Date.now() > until) throw new TwinError(`the ${launch.role} did not start${whyStopped(stack, launch.role)}`);
         await sleep(200);
     }
 }
