@@ -70,7 +70,10 @@ describe.runIf(canRun)("allowlist mode: unlisted names are NXDOMAIN and never fo
         const tailnetLink = inNamespace(net.server, ["ip", "-o", "-4", "addr", "show", "to", net.serverTailnet]).stdout.split(/\s+/)[1];
         inNamespace(net.server, ["ip", "addr", "add", `${OBSERVE_RESOLVER}/24`, "dev", tailnetLink]);
         dnsmasq(dnsmasqFromAdguard(renderAdguardConfig(readStackFile(stackFile("dev"))), OBSERVE_RESOLVER), "observe");
-        for (let i = 0; i < 50 && dig(net.serverTailnet, "github.com").status === null; i++) await new Promise((r) => setTimeout(r, 100));
+        // Every resolver answers before the first test (a busy CI machine starts them slowly).
+        for (const server of [UPSTREAM, net.serverPublic, net.serverTailnet, OBSERVE_RESOLVER]) {
+            for (let i = 0; i < 100 && lookup(net.server, server, "github.com").status === null; i++) await new Promise((r) => setTimeout(r, 100));
+        }
     });
 
     afterAll(() => {
@@ -79,11 +82,22 @@ describe.runIf(canRun)("allowlist mode: unlisted names are NXDOMAIN and never fo
         net?.close();
     });
 
-    /** A lookup from the sandbox namespace: status (NOERROR, NXDOMAIN, ...) or null when nothing answered. */
-    function dig(server: string, name: string, type = "A") {
-        const result = inNamespace(net.client, ["dig", `@${server}`, name, type, "+tries=1", "+time=1"]);
+    /** One lookup from a namespace: status (NOERROR, NXDOMAIN, ...) or null when nothing answered within a second. */
+    function lookup(namespace: string, server: string, name: string, type = "A") {
+        const result = inNamespace(namespace, ["dig", `@${server}`, name, type, "+tries=1", "+time=1"]);
         const status = /status: ([A-Z]+)/.exec(result.stdout)?.[1] ?? null;
         return { status, answer: /\tIN\tA\t(\S+)/.exec(result.stdout)?.[1] };
+    }
+
+    /**
+     * A lookup from the sandbox namespace. One unanswered try is asked again, up to three
+     * times, so a slow moment on a loaded machine is not read as a dropped packet; a
+     * resolver the rules drop stays unanswered every time.
+     */
+    function dig(server: string, name: string, type = "A") {
+        let result = lookup(net.client, server, name, type);
+        for (let retry = 0; retry < 2 && result.status === null; retry++) result = lookup(net.client, server, name, type);
+        return result;
     }
 
     const upstreamSaw = () => fs.readFileSync(path.join(dir, "upstream.log"), "utf8");
