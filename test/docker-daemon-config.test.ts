@@ -24,14 +24,17 @@ function renderedDaemonJson(): { json: Record<string, unknown>; agent: string } 
 }
 
 describe.runIf(canRun)("the sandbox's daemon.json on a real dockerd", () => {
-    it("starts a daemon whose default key location is not writable, and keeps its key in the agent's data directory", () => {
+    it("starts a daemon whose default key location is not writable, keeps its key in the agent's data directory, and gives its containers the rendered seccomp profile", () => {
         const { json, agent } = renderedDaemonJson();
         const keyPath = String(json["deprecated-key-path"] ?? "");
         expect(keyPath.startsWith(`/home/${agent}/.local/share/docker/`), `key path '${keyPath}' is not in the agent's own data directory`).toBe(true);
 
         const dir = tempDir("daemon-json");
         // The resolver address is not reachable here; the test daemon also needs its own sockets and no networking.
-        const config = { ...json, "default-address-pools": [{ base: "10.214.0.0/16", size: 24 }] };
+        // The rendered seccomp profile, from where this test keeps it (a daemon whose profile is missing does not start).
+        const seccompProfile = path.join(dir, "docker-seccomp.json");
+        fs.writeFileSync(seccompProfile, renderedFile(renderHosts(readStackFile(stackFile("dev"))).sandbox, String(json["seccomp-profile"])));
+        const config = { ...json, "seccomp-profile": seccompProfile, "default-address-pools": [{ base: "10.214.0.0/16", size: 24 }] };
         fs.writeFileSync(path.join(dir, "daemon.json"), JSON.stringify(config));
         fs.mkdirSync(path.join(dir, "empty"));
         const script = `set -eu
@@ -44,6 +47,7 @@ daemon=$!
 for _ in $(seq 1 300); do
   if DOCKER_HOST="unix://${dir}/docker.sock" docker info --format '{{.ServerVersion}}' >/dev/null 2>&1; then
     test -s "${keyPath}" && echo key-written
+    DOCKER_HOST="unix://${dir}/docker.sock" docker info --format '{{json .SecurityOptions}}'
     kill $daemon; wait $daemon || true
     echo started; exit 0
   fi
@@ -55,5 +59,7 @@ kill $daemon; exit 1
         const result = run("unshare", ["--mount", "--propagation", "private", "bash", "-c", script], { timeout: 90_000 });
         expect(result.stdout + result.stderr).toContain("started");
         expect(result.stdout).toContain("key-written");
+        // Its containers' default profile is the rendered one, not Docker's built-in.
+        expect(result.stdout).toContain(`name=seccomp,profile=${seccompProfile}`);
     }, 120_000);
 });

@@ -41,7 +41,7 @@ while True:
     conn.close()
 `;
 
-const canRun = isRoot() && toolsAvailable("e2e checkpoints", ["losetup", "mkfs.btrfs", "btrfs", "btrfs-convert", "mkfs.ext4", "dockerd", "docker", "docker-compose", "busybox", "git", "setpriv", "useradd"]);
+const canRun = isRoot() && toolsAvailable("e2e checkpoints", ["losetup", "mkfs.btrfs", "btrfs", "btrfs-convert", "mkfs.ext4", "dockerd", "docker", "docker-compose", "busybox", "git", "setpriv", "useradd", "gcc"]);
 if (!isRoot()) console.warn("SKIPPED e2e checkpoints: loop devices and a test dockerd need root (CI runs it as root)");
 
 const AGENT = "airlock-ckpt";
@@ -477,16 +477,50 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
             }
         }, 300_000);
 
-        it("a btrfs subvolume it makes inside its workspace (from its container) is outside its quota, yet filling the volume with it costs no checkpoint it needs: the timer fails loudly instead", () => {
+        it("from its container it can make no btrfs subvolume or snapshot, whatever the request's upper bits; under Docker's default profile it could", () => {
+            // The agent's own program, in its workspace, as in production: the container's user owns the workspace there.
+            const probe = path.join(link, "btrfs-ioctl-probe");
+            const built = run("gcc", ["-static", "-O2", "-Wall", "-Werror", "-o", probe, path.join(__dirname, "fixtures", "btrfs-ioctl-probe.c")]);
+            expect(built.status, built.stderr).toBe(0);
+            const attempts = (output: string) => output.trim().split("\n").map((line) => line.split(" "));
+            const madeUnder = (profile: string) =>
+                dockerd!.docker(["run", "--rm", "--network", "none", "--user", String(uid), "--security-opt", `seccomp=${profile}`, "--volume", `${link}:/workspace`, IMAGE, "/workspace/btrfs-ioctl-probe", "/workspace"]);
+            const made = (): string[] => fs.readdirSync(link).filter((name) => name.startsWith("probe-"));
+            try {
+                // Seen first: Docker's default profile (the base of the sandbox's) lets every one of them through.
+                const before = madeUnder(path.join(__dirname, "..", "templates", "docker", "seccomp-default.json"));
+                expect(attempts(before.stdout).filter(([, , result]) => result === "made")).toHaveLength(8);
+                for (const name of made()) expect(run("btrfs", ["subvolume", "delete", path.join(link, name)]).status).toBe(0);
+
+                // The sandbox's profile (the daemon's default here, as the rendered daemon.json sets it), in its shell container.
+                const inShell = dockerd!.docker(["exec", "--user", String(uid), "agent-sandbox-shell", "/workspace/btrfs-ioctl-probe", "/workspace"]);
+                expect(inShell.status, inShell.stderr).toBe(0);
+                const results = attempts(inShell.stdout);
+                expect(results).toHaveLength(9);
+                for (const [name, form, result] of results) expect(result, `${name} ${form}`).toBe(name === "FIONREAD" ? "ok" : "EPERM");
+                expect(made()).toEqual([]);
+                // btrfs-progs, the way an agent would try it.
+                for (const attempt of ["btrfs subvolume create /workspace/nested", "btrfs subvolume snapshot /workspace /workspace/snap"]) {
+                    const refused = exec("agent-sandbox-shell", attempt);
+                    expect(refused.status, attempt).not.toBe(0);
+                    expect(refused.stderr, attempt).toMatch(/Operation not permitted/);
+                }
+            } finally {
+                for (const name of made()) run("btrfs", ["subvolume", "delete", path.join(link, name)]);
+                fs.rmSync(probe, { force: true });
+            }
+        }, 120_000);
+
+        it("a btrfs subvolume it makes inside its workspace (after an escape, as its host user) is outside its quota, yet filling the volume with it costs no checkpoint it needs: the timer fails loudly instead", () => {
             writeConfig({ keep: 100 });
             expect(asAgent(`mkdir -p ${link}/precious && seq 1 100000 > ${link}/precious/data`).status).toBe(0);
             const data = fs.readFileSync(path.join(link, "precious", "data"));
             expect(ckpt("create", "shared", "--label-b64", b64("precious")).status).toBe(0);
             const anchored = list()[0].id;
-            // From its container, one command: the work deleted, a subvolume made, the volume filled through it.
-            const made = exec("agent-sandbox-shell", "rm -rf /workspace/precious && btrfs subvolume create /workspace/nested");
+            // On the host, where no seccomp profile stands in its way: the work deleted, a subvolume made, the volume filled through it.
+            const made = asAgent(`rm -rf ${link}/precious && btrfs subvolume create ${link}/nested`);
             expect(made.status, made.stderr).toBe(0);
-            const fill = exec("agent-sandbox-shell", "dd if=/dev/zero of=/workspace/nested/fill bs=1M; sync");
+            const fill = asAgent(`dd if=/dev/zero of=${link}/nested/fill bs=1M; sync`);
             expect(fill.stderr).toMatch(/No space left on device/);
             run("btrfs", ["filesystem", "sync", volume]);
             try {
@@ -529,8 +563,8 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
             }
         });
 
-        it("a subvolume it nests past PATH_MAX (from its container) breaks neither its checkpoints nor the caps", () => {
-            const made = exec("agent-sandbox-shell", deepSubvolume("/workspace"));
+        it("a subvolume it nests past PATH_MAX (after an escape, as its host user) breaks neither its checkpoints nor the caps", () => {
+            const made = asAgent(deepSubvolume(link));
             expect(made.status, made.stderr).toBe(0);
             try {
                 // Before: btrfs qgroup show failed on the volume, and so every checkpoint, restore and timer run (seen first).
@@ -775,7 +809,7 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
             expect(planted.status, planted.stderr).toBe(0);
             // And one nested past PATH_MAX (no path reaches it: seen failing first), in a workspace at its cap
             // (moving a subvolume out of it writes to it: root's writes failed too, seen first).
-            const deep = exec("agent-c-0123456789ab", deepSubvolume("/workspace"));
+            const deep = asAgent(deepSubvolume(ws));
             expect(deep.status, deep.stderr).toBe(0);
             expect(exec("agent-c-0123456789ab", "dd if=/dev/zero of=/workspace/fill bs=1M count=4096 status=none").stderr).toMatch(/Disk quota exceeded/);
             expect(ckpt("create", "c-0123456789ab").status).toBe(0);
@@ -799,13 +833,13 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
     });
 });
 
-/** Writes `chunks` x 16 MiB of incompressible data to `file` and syncs; returns the file. */
 /** A shell line that nests a subvolume past PATH_MAX below `dir` (17 directories of 250 characters). */
 function deepSubvolume(dir: string): string {
     const names = Array.from({ length: 17 }, (_, i) => `d${String(i).padStart(2, "0")}${"x".repeat(247)}`);
     return `cd ${dir} && for n in ${names.join(" ")}; do mkdir $n && cd $n; done && btrfs subvolume create deep >/dev/null && touch deep/f`;
 }
 
+/** Writes `chunks` x 16 MiB of incompressible data to `file` and syncs; returns the file. */
 function fillFile(file: string, chunks: number): string {
     const fd = fs.openSync(file, "w");
     const chunk = crypto.randomBytes(16 * 1024 ** 2);

@@ -27,6 +27,7 @@ readonly PACKAGES=(
 	dnsmasq-base bind9-dnsutils   # the allowlist resolver stand-in and its fake upstream; dig
 	pre-commit git                # the pre-commit hook, run by the real pre-commit; git in the checkpoint tests' shell image
 	btrfs-progs e2fsprogs         # checkpoints: btrfs on a loop device, ext4 for the migration path
+	gcc libc6-dev                 # checkpoints: the agent's raw btrfs ioctls (a static probe) against the seccomp profile
 	rootlesskit slirp4netns uidmap # the gateway's real rootless dockerd (rootless port publishing)
 	fdisk qemu-utils              # the twin's base image: its partition table (sfdisk), qcow2 (qemu-img)
 	apt-utils gnupg curl          # the twin's apt mirror: apt-ftparchive, its signing key, the TLS test client

@@ -20,6 +20,7 @@ import {
     RESOLVER_PUBLISHED_PORT,
 } from "../workloads/compose";
 import { CHECKPOINT_ENGINE_PATH, checkpointFiles } from "./checkpoints";
+import { renderSandboxSeccompProfile, SANDBOX_SECCOMP_PROFILE_PATH } from "./seccomp";
 import { renderTemplate } from "./templates";
 
 export { TAILNET_AUTH_KEY_PATH, TAILNET_AUTH_KEY_PLACEHOLDER };
@@ -221,9 +222,11 @@ export function renderSandbox(cfg: StackConfig, images: ResolvedImages): Rendere
         config("/etc/systemd/system/airlock-egress-watch.service", "systemd/airlock-egress-watch.service"),
         config("/etc/systemd/system/airlock-egress-watch.timer", "systemd/airlock-egress-watch.timer"),
         { path: "/etc/airlock/egress-resolver.nft.in", content: renderTemplate("nftables/egress-resolver.nft", {}), permissions: "0600" },
-        // Its containers resolve through the gateway; its trust key lives in the one directory the agent owns
-        // (Docker 20.10 writes it next to daemon.json by default, and that directory is root's: no daemon).
-        config("/etc/airlock/docker-daemon.json.in", "docker/sandbox-daemon.json", { agentUser: user }),
+        // Its containers resolve through the gateway, under Docker's seccomp profile without btrfs subvolume
+        // ioctls; its trust key lives in the one directory the agent owns (Docker 20.10 writes it next to
+        // daemon.json by default, and that directory is root's: no daemon).
+        config("/etc/airlock/docker-daemon.json.in", "docker/sandbox-daemon.json", { agentUser: user, seccompProfile: SANDBOX_SECCOMP_PROFILE_PATH }),
+        { path: SANDBOX_SECCOMP_PROFILE_PATH, content: renderSandboxSeccompProfile(), permissions: "0644" },
         script("/usr/local/sbin/airlock-egress-refresh", "scripts/egress-refresh", { allowlist: cfg.dns.allowlist.map((d) => `"${d}"`).join(" ") }),
         config("/etc/systemd/system/airlock-egress-refresh.service", "systemd/airlock-egress-refresh.service"),
         config("/etc/systemd/system/airlock-egress-refresh.timer", "systemd/airlock-egress-refresh.timer"),

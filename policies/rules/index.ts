@@ -16,6 +16,7 @@ import { containersNoDockerSocket } from "./containers-no-docker-socket";
 import { containersNoHostNamespaces } from "./containers-no-host-namespaces";
 import { containersNoHostSecretMounts } from "./containers-no-host-secret-mounts";
 import { containersNoNewPrivileges } from "./containers-no-new-privileges";
+import { containersNoOwnSeccompProfile } from "./containers-no-own-seccomp-profile";
 import { containersNoUnconfinedProfiles } from "./containers-no-unconfined-profiles";
 import { containersNotPrivileged } from "./containers-not-privileged";
 import { containersPortsPrivateOnly } from "./containers-ports-private-only";
@@ -56,6 +57,7 @@ export const RULES: Rule[] = [
     containersNoHostNamespaces,
     containersNoHostSecretMounts,
     containersNoNewPrivileges,
+    containersNoOwnSeccompProfile,
     containersNoUnconfinedProfiles,
     containersNotPrivileged,
     containersPortsPrivateOnly,

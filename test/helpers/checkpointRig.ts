@@ -87,7 +87,11 @@ export async function startCheckpointRig(cfg: StackConfig, sandbox: RenderedHost
         }
         const dockerDir = path.join(work, "docker");
         fs.mkdirSync(dockerDir);
-        const docker = await startDockerd(dockerDir, [agentSocket]);
+        // Its containers under the sandbox's seccomp profile, as the rendered daemon.json sets it.
+        const seccompProfile = path.join(work, "docker-seccomp.json");
+        const daemonJson = JSON.parse(renderedFile(sandbox, "/etc/airlock/docker-daemon.json.in"));
+        fs.writeFileSync(seccompProfile, renderedFile(sandbox, daemonJson["seccomp-profile"]));
+        const docker = await startDockerd(dockerDir, [agentSocket], undefined, { "seccomp-profile": seccompProfile });
         undo.push(async () => {
             try {
                 for (const id of docker.docker(["ps", "--all", "--quiet"]).stdout.split(/\s+/).filter(Boolean)) docker.docker(["rm", "--force", id]);

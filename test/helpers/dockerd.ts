@@ -16,14 +16,17 @@ export interface TestDocker {
     stop(): Promise<void>;
 }
 
-/** `netns`: the daemon (and its containers' networks) live in that network namespace, with its /etc/netns files. */
-export async function startDockerd(dir: string, extraSockets: string[] = [], netns?: string): Promise<TestDocker> {
+/**
+ * `netns`: the daemon (and its containers' networks) live in that network namespace, with its /etc/netns files.
+ * `settings`: daemon.json keys of a rendered daemon.json, on top of the tests' own.
+ */
+export async function startDockerd(dir: string, extraSockets: string[] = [], netns?: string, settings: Record<string, unknown> = {}): Promise<TestDocker> {
     const socket = path.join(dir, "docker.sock");
     const hosts = [socket, ...extraSockets].flatMap((s) => ["-H", `unix://${s}`]);
     const log = fs.openSync(path.join(dir, "dockerd.log"), "a");
     // Networks from a range of the tests' own, so routes left on the machine (other
     // daemons' bridges) never exhaust Docker's default pools.
-    fs.writeFileSync(path.join(dir, "daemon.json"), `${JSON.stringify({ "default-address-pools": [{ base: "10.213.0.0/16", size: 24 }] })}\n`);
+    fs.writeFileSync(path.join(dir, "daemon.json"), `${JSON.stringify({ ...settings, "default-address-pools": [{ base: "10.213.0.0/16", size: 24 }] })}\n`);
     const args = ["--data-root", path.join(dir, "data"), "--exec-root", path.join(dir, "exec"), "--pidfile", path.join(dir, "dockerd.pid"), ...hosts, "--iptables=false", "--ip6tables=false", "--bridge=none", "--config-file", path.join(dir, "daemon.json")];
     // In a namespace: its /etc/netns files bound over /etc as `ip netns exec` does, but the
     // machine's /sys (and its cgroups) kept, which `ip netns exec` would hide. Every step

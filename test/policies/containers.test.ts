@@ -16,6 +16,8 @@ const violations: [string, (s: Record<string, any>) => void, string][] = [
     ["no-new-privileges:false", (s) => (s.security_opt = ["no-new-privileges:false"]), "containers-no-new-privileges"],
     ["seccomp=unconfined", (s) => s.security_opt.push("seccomp=unconfined"), "containers-no-unconfined-profiles"],
     ["apparmor:unconfined", (s) => s.security_opt.push("apparmor:unconfined"), "containers-no-unconfined-profiles"],
+    ["its own seccomp profile", (s) => s.security_opt.push("seccomp=/opt/permissive.json"), "containers-no-own-seccomp-profile"],
+    ["its own seccomp profile, colon form", (s) => s.security_opt.push("seccomp:./profile.json"), "containers-no-own-seccomp-profile"],
     ["network_mode host", (s) => (s.network_mode = "host"), "containers-no-host-namespaces"],
     ["pid host", (s) => (s.pid = "host"), "containers-no-host-namespaces"],
     ["ipc host", (s) => (s.ipc = "host"), "containers-no-host-namespaces"],

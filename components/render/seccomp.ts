@@ -1,0 +1,70 @@
+import * as YAML from "yaml";
+import { z } from "zod";
+import { renderTemplate } from "./templates";
+
+/**
+ * The seccomp profile of the sandbox's containers: Docker's default profile
+ * (templates/docker/seccomp-default.json, unchanged) with ioctl allowed for every
+ * request but those in templates/docker/seccomp-denied-ioctls.yaml.
+ *
+ * Why it is built this way (each seen on a real dockerd, runc and libseccomp):
+ * an unconditional ALLOW of ioctl wins over any conditional ERRNO rule for it,
+ * and two comparisons of the same argument in one rule do not both hold. So ioctl
+ * leaves the unconditional list and comes back as several ALLOW rules of one
+ * masked comparison each, which together match exactly the requests not denied;
+ * a denied request matches none and gets the profile's default action (EPERM).
+ */
+
+export const SANDBOX_SECCOMP_PROFILE_PATH = "/etc/airlock/docker-seccomp.json";
+
+const REQUEST_BITS = 32;
+
+const deniedIoctls = z.array(z.object({ name: z.string().min(1), request: z.number().int().min(0).max(2 ** REQUEST_BITS - 1) }).strict()).min(1);
+
+const syscallRule = z.looseObject({
+    names: z.array(z.string()),
+    action: z.string(),
+    args: z.array(z.unknown()).nullish(),
+    includes: z.record(z.string(), z.unknown()).optional(),
+});
+const dockerProfile = z.looseObject({ defaultAction: z.literal("SCMP_ACT_ERRNO"), syscalls: z.array(syscallRule) });
+
+/** A masked comparison of ioctl's request: allowed when (request & mask) === value. */
+export interface RequestPattern {
+    mask: number;
+    value: number;
+}
+
+/**
+ * "Every 32-bit request but these" as masked comparisons: walk the bits from the
+ * top; a branch no denied request takes is one pattern, a branch that ends at a
+ * denied request is none. (Four denied requests sharing 24 bits: 39 patterns.)
+ */
+export function allowedRequestPatterns(denied: number[]): RequestPattern[] {
+    const patterns: RequestPattern[] = [];
+    const cover = (bit: number, mask: number, value: number, inBranch: number[]) => {
+        if (inBranch.length === 0) return void patterns.push({ mask, value });
+        if (bit < 0) return;
+        const flag = 2 ** bit;
+        for (const set of [0, 1]) cover(bit - 1, mask + flag, value + set * flag, inBranch.filter((request) => (Math.floor(request / flag) % 2) === set));
+    };
+    cover(REQUEST_BITS - 1, 0, 0, [...new Set(denied)]);
+    return patterns;
+}
+
+export function renderSandboxSeccompProfile(): string {
+    const denied = deniedIoctls.parse(YAML.parse(renderTemplate("docker/seccomp-denied-ioctls.yaml", {})));
+    const profile = dockerProfile.parse(JSON.parse(renderTemplate("docker/seccomp-default.json", {})));
+    const unconditional = profile.syscalls.filter((rule) => rule.names.includes("ioctl") && rule.action === "SCMP_ACT_ALLOW" && !rule.args?.length && !rule.includes?.caps && !rule.includes?.arches);
+    if (unconditional.length !== 1 || profile.syscalls.filter((rule) => rule.names.includes("ioctl")).length !== 1) {
+        throw new Error("templates/docker/seccomp-default.json: expected ioctl in exactly one rule, an unconditional ALLOW");
+    }
+    const [allowAll] = unconditional;
+    const ioctlRules = allowedRequestPatterns(denied.map((d) => d.request)).map(({ mask, value }) => ({
+        names: ["ioctl"],
+        action: "SCMP_ACT_ALLOW",
+        args: [{ index: 1, value: mask, valueTwo: value, op: "SCMP_CMP_MASKED_EQ" }],
+    }));
+    const syscalls = profile.syscalls.flatMap((rule) => (rule === allowAll ? [{ ...rule, names: rule.names.filter((name) => name !== "ioctl") }, ...ioctlRules] : [rule]));
+    return `${JSON.stringify({ ...profile, syscalls }, null, 1)}\n`;
+}

@@ -1,0 +1,18 @@
+import type { Rule } from "../engine/rule";
+import { whenKnown } from "../engine/container";
+
+/** A profile of the container's own replaces the daemon's, and with it what the host's profile denies. */
+const OWN_PROFILE = /^seccomp[:=](?!unconfined$)/;
+
+export const containersNoOwnSeccompProfile: Rule = {
+    kind: "container",
+    id: "containers-no-own-seccomp-profile",
+    description: "No container brings its own seccomp profile: every one runs under its daemon's (on the sandbox, Docker's default without the btrfs subvolume ioctls).",
+    remediation: "Remove seccomp=<profile> from security_opt; the host's dockerd applies its profile to every container.",
+    check: (c) =>
+        whenKnown(c, ["securityOpt"], () =>
+            c.securityOpt
+                .filter((o) => OWN_PROFILE.test(o.replace(/\s/g, "").toLowerCase()))
+                .map((o) => ({ message: `${c.name} sets security_opt ${o}`, line: c.line, where: c.name })),
+        ),
+};

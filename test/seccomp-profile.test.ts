@@ -1,0 +1,93 @@
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { describe, expect, it } from "vitest";
+import * as YAML from "yaml";
+import { readStackFile } from "../components/config/load";
+import { renderedFile, renderHosts, stackFile, tempDir } from "./helpers/stacks";
+import { isRoot, run, toolsAvailable } from "./helpers/tools";
+
+/**
+ * The sandbox's seccomp profile: Docker's default with ioctl narrowed. Judged here
+ * as the kernel reads it (a 32-bit request, its upper bits ignored), from the
+ * rendered file; on a real dockerd and btrfs in test/e2e-checkpoints.test.ts.
+ */
+
+const TEMPLATES = path.join(__dirname, "..", "templates", "docker");
+/** The Debian package the base profile was taken from: the source of bookworm's docker.io. */
+const DOCKER_DEFAULT_FROM = { package: "golang-github-docker-docker-dev", version: "20.10.24+dfsg1-1+deb12u1" };
+const DOCKER_DEFAULT_PATH = "./usr/share/gocode/src/github.com/docker/docker/profiles/seccomp/default.json";
+
+type Rule = { names: string[]; action: string; args?: { index: number; value: number; valueTwo: number; op: string }[] | null };
+
+const sandbox = renderHosts(readStackFile(stackFile("dev"))).sandbox;
+const daemonJson = JSON.parse(renderedFile(sandbox, "/etc/airlock/docker-daemon.json.in"));
+const rendered = JSON.parse(renderedFile(sandbox, daemonJson["seccomp-profile"])) as { syscalls: Rule[] };
+const base = JSON.parse(fs.readFileSync(path.join(TEMPLATES, "seccomp-default.json"), "utf8")) as { syscalls: Rule[] };
+const denied: { name: string; request: number }[] = YAML.parse(fs.readFileSync(path.join(TEMPLATES, "seccomp-denied-ioctls.yaml"), "utf8"));
+
+/** What the profile does with ioctl(fd, request): as libseccomp compiles one masked comparison per rule, on all 64 bits. */
+function allows(request: bigint): boolean {
+    return rendered.syscalls.some(
+        (rule) =>
+            rule.names.includes("ioctl") &&
+            rule.action === "SCMP_ACT_ALLOW" &&
+            (rule.args ?? []).every((arg) => arg.index === 1 && arg.op === "SCMP_CMP_MASKED_EQ" && (request & BigInt(arg.value)) === BigInt(arg.valueTwo)),
+    );
+}
+
+describe("the sandbox's seccomp profile", () => {
+    it("is the agent's dockerd default: daemon.json names the rendered file", () => {
+        expect(daemonJson["seccomp-profile"]).toBe("/etc/airlock/docker-seccomp.json");
+        expect(sandbox.files.find((f) => f.path === daemonJson["seccomp-profile"])?.permissions).toBe("0644");
+    });
+
+    it("is Docker's default profile in every rule but ioctl's", () => {
+        const withoutIoctl = (rules: Rule[]) => rules.filter((r) => !(r.names.length === 1 && r.names[0] === "ioctl")).map((r) => ({ ...r, names: r.names.filter((n) => n !== "ioctl") }));
+        expect(withoutIoctl(rendered.syscalls)).toEqual(withoutIoctl(base.syscalls));
+        expect({ ...rendered, syscalls: [] }).toEqual({ ...base, syscalls: [] });
+        // Every ioctl rule allows, on one masked comparison of the request alone.
+        for (const rule of rendered.syscalls.filter((r) => r.names.includes("ioctl"))) {
+            expect(rule.names).toEqual(["ioctl"]);
+            expect(rule.action).toBe("SCMP_ACT_ALLOW");
+            expect(rule.args).toHaveLength(1);
+        }
+    });
+
+    it("denies each listed request, whatever its upper 32 bits (the kernel ignores them)", () => {
+        expect(denied.length).toBeGreaterThan(0);
+        for (const { name, request } of denied) {
+            for (const upper of [0n, 1n, 0xffffffffn, 0x80000000n]) expect(allows((upper << 32n) | BigInt(request)), `${name} with upper bits ${upper}`).toBe(false);
+        }
+    });
+
+    it("allows every other request: the neighbours of each denied one, its one-bit changes, and random requests", () => {
+        const deniedSet = new Set(denied.map((d) => d.request));
+        const others: number[] = [];
+        for (const { request } of denied) {
+            others.push(request - 1, request + 1);
+            for (let bit = 0; bit < 32; bit++) others.push((request ^ (1 << bit)) >>> 0);
+        }
+        for (let i = 0; i < 20_000; i++) others.push(Math.floor(Math.random() * 2 ** 32));
+        // Requests programs make all the time: terminals, FIONREAD, FS_IOC_GETFLAGS (sign-extended as some callers pass it), FICLONE.
+        others.push(0x5401, 0x541b, 0x80086601, 0x40049409);
+        for (const request of others.filter((r) => !deniedSet.has(r))) {
+            expect(allows(BigInt(request)), request.toString(16)).toBe(true);
+            expect(allows(0xffffffff00000000n | BigInt(request)), `sign-extended ${request.toString(16)}`).toBe(true);
+        }
+    });
+});
+
+const canDownload = isRoot() && toolsAvailable("the seccomp base profile's provenance", ["apt-get", "dpkg-deb"]);
+
+describe.runIf(canDownload)("the base profile's provenance", () => {
+    it(`is byte for byte Docker's default.json from Debian's ${DOCKER_DEFAULT_FROM.package} ${DOCKER_DEFAULT_FROM.version}`, () => {
+        const dir = tempDir("seccomp-deb");
+        const fetched = run("apt-get", ["download", "-o", "APT::Sandbox::User=root", `${DOCKER_DEFAULT_FROM.package}=${DOCKER_DEFAULT_FROM.version}`], { cwd: dir, timeout: 300_000 });
+        expect(fetched.status, fetched.stderr).toBe(0);
+        const deb = fs.readdirSync(dir).find((name) => name.endsWith(".deb"));
+        expect(deb).toBeDefined();
+        const extracted = run("sh", ["-c", `dpkg-deb --fsys-tarfile "$1" | tar -xO "$2"`, "sh", path.join(dir, deb!), DOCKER_DEFAULT_PATH], { maxBuffer: 1024 ** 2 });
+        expect(extracted.status, extracted.stderr).toBe(0);
+        expect(extracted.stdout).toBe(fs.readFileSync(path.join(TEMPLATES, "seccomp-default.json"), "utf8"));
+    }, 300_000);
+});
