@@ -280,12 +280,16 @@ describe.runIf(canRun)("the twin", () => {
         expect(back.stdout).toMatch(/^git version /m);
     }, 10 * MINUTE);
 
-    it("as the agent: no btrfs subvolume in its workspace (the booted dockerd's seccomp profile), while ordinary ioctls work", () => {
+    it("as the agent: no btrfs subvolume or reflink in its workspace (the booted dockerd's seccomp profile), while ordinary ioctls and cp work", () => {
         // BTRFS_IOC_SUBVOL_CREATE on /workspace, by raw ioctl; under Docker's own profile it makes /workspace/nested.
         const made = asAgent(`python3 -c "import fcntl, os; fd = os.open('/workspace', os.O_RDONLY); args = bytearray(4096); args[8:14] = b'nested'; fcntl.ioctl(fd, 0x5000940e, args)" 2>&1; ls -d /workspace/nested 2>&1; python3 -c "import fcntl, os, struct, termios; r, w = os.pipe(); print('FIONREAD', struct.unpack('i', fcntl.ioctl(r, termios.FIONREAD, bytes(4)))[0])"`);
         expect(made.stdout).toMatch(/PermissionError: \[Errno 1\] Operation not permitted/);
         expect(made.stdout).toMatch(/cannot access '\/workspace\/nested'/);
         expect(made.stdout).toContain("FIONREAD 0");
+        // cp (coreutils 9, reflink=auto) falls back to copying; a reflink it insists on is refused.
+        const copied = asAgent("head -c 1048576 /dev/urandom > /workspace/cp-a && cp /workspace/cp-a /workspace/cp-b && cmp /workspace/cp-a /workspace/cp-b && echo copied; cp --reflink=always /workspace/cp-a /workspace/cp-c 2>&1; rm -f /workspace/cp-a /workspace/cp-b /workspace/cp-c");
+        expect(copied.stdout).toContain("copied");
+        expect(copied.stdout).toMatch(/failed to clone .*Operation not permitted/);
     }, 5 * MINUTE);
 
     it("backups and the restore drill pass against the twin's B2 stand-in, and the drill fails once the stand-in's data is truncated", () => {

@@ -23,7 +23,9 @@ const sandbox = renderHosts(readStackFile(stackFile("dev"))).sandbox;
 const daemonJson = JSON.parse(renderedFile(sandbox, "/etc/airlock/docker-daemon.json.in"));
 const rendered = JSON.parse(renderedFile(sandbox, daemonJson["seccomp-profile"])) as { syscalls: Rule[] };
 const base = JSON.parse(fs.readFileSync(path.join(TEMPLATES, "seccomp-default.json"), "utf8")) as { syscalls: Rule[] };
-const denied: { name: string; request: number }[] = YAML.parse(fs.readFileSync(path.join(TEMPLATES, "seccomp-denied-ioctls.yaml"), "utf8"));
+const listed: { ioctls: { name: string; request: number }[]; syscalls: { name: string; errno: number }[] } = YAML.parse(fs.readFileSync(path.join(TEMPLATES, "seccomp-denied.yaml"), "utf8"));
+const denied = listed.ioctls;
+const refused = new Set(listed.syscalls.map((s) => s.name));
 
 /** What the profile does with ioctl(fd, request): as libseccomp compiles one masked comparison per rule, on all 64 bits. */
 function allows(request: bigint): boolean {
@@ -41,15 +43,23 @@ describe("the sandbox's seccomp profile", () => {
         expect(sandbox.files.find((f) => f.path === daemonJson["seccomp-profile"])?.permissions).toBe("0644");
     });
 
-    it("is Docker's default profile in every rule but ioctl's", () => {
-        const withoutIoctl = (rules: Rule[]) => rules.filter((r) => !(r.names.length === 1 && r.names[0] === "ioctl")).map((r) => ({ ...r, names: r.names.filter((n) => n !== "ioctl") }));
-        expect(withoutIoctl(rendered.syscalls)).toEqual(withoutIoctl(base.syscalls));
+    it("is Docker's default profile in every rule but ioctl's and the refused syscalls'", () => {
+        const changed = (name: string) => name === "ioctl" || refused.has(name);
+        const withoutChanged = (rules: Rule[]) => rules.map((r) => ({ ...r, names: r.names.filter((n) => !changed(n)) })).filter((r) => r.names.length > 0);
+        expect(withoutChanged(rendered.syscalls)).toEqual(withoutChanged(base.syscalls));
         expect({ ...rendered, syscalls: [] }).toEqual({ ...base, syscalls: [] });
         // Every ioctl rule allows, on one masked comparison of the request alone.
         for (const rule of rendered.syscalls.filter((r) => r.names.includes("ioctl"))) {
             expect(rule.names).toEqual(["ioctl"]);
             expect(rule.action).toBe("SCMP_ACT_ALLOW");
             expect(rule.args).toHaveLength(1);
+        }
+    });
+
+    it("refuses each listed syscall with its errno, and no rule allows it", () => {
+        expect(refused.has("copy_file_range")).toBe(true);
+        for (const { name, errno } of listed.syscalls) {
+            expect(rendered.syscalls.filter((r) => r.names.includes(name))).toEqual([{ names: [name], action: "SCMP_ACT_ERRNO", errnoRet: errno }]);
         }
     });
 
@@ -68,8 +78,8 @@ describe("the sandbox's seccomp profile", () => {
             for (let bit = 0; bit < 32; bit++) others.push((request ^ (1 << bit)) >>> 0);
         }
         for (let i = 0; i < 20_000; i++) others.push(Math.floor(Math.random() * 2 ** 32));
-        // Requests programs make all the time: terminals, FIONREAD, FS_IOC_GETFLAGS (sign-extended as some callers pass it), FICLONE.
-        others.push(0x5401, 0x541b, 0x80086601, 0x40049409);
+        // Requests programs make all the time: terminals, FIONREAD, FS_IOC_GETFLAGS (sign-extended as some callers pass it).
+        others.push(0x5401, 0x541b, 0x80086601);
         for (const request of others.filter((r) => !deniedSet.has(r))) {
             expect(allows(BigInt(request)), request.toString(16)).toBe(true);
             expect(allows(0xffffffff00000000n | BigInt(request)), `sign-extended ${request.toString(16)}`).toBe(true);

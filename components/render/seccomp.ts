@@ -5,12 +5,13 @@ import { renderTemplate } from "./templates";
 /**
  * The seccomp profile of the sandbox's containers: Docker's default profile
  * (templates/docker/seccomp-default.json, unchanged) with ioctl allowed for every
- * request but those in templates/docker/seccomp-denied-ioctls.yaml.
+ * request but the `ioctls` of templates/docker/seccomp-denied.yaml, and its
+ * `syscalls` refused with their errno.
  *
- * Why it is built this way (each seen on a real dockerd, runc and libseccomp):
+ * Why ioctl is built this way (each seen on a real dockerd, runc and libseccomp):
  * an unconditional ALLOW of ioctl wins over any conditional ERRNO rule for it,
- * and two comparisons of the same argument in one rule do not both hold. So ioctl
- * leaves the unconditional list and comes back as several ALLOW rules of one
+ * and a rule with two comparisons of the same argument does not enforce both. So
+ * ioctl leaves the unconditional list and comes back as several ALLOW rules of one
  * masked comparison each, which together match exactly the requests not denied;
  * a denied request matches none and gets the profile's default action (EPERM).
  */
@@ -19,7 +20,12 @@ export const SANDBOX_SECCOMP_PROFILE_PATH = "/etc/airlock/docker-seccomp.json";
 
 const REQUEST_BITS = 32;
 
-const deniedIoctls = z.array(z.object({ name: z.string().min(1), request: z.number().int().min(0).max(2 ** REQUEST_BITS - 1) }).strict()).min(1);
+const deniedOperations = z
+    .object({
+        ioctls: z.array(z.object({ name: z.string().min(1), request: z.number().int().min(0).max(2 ** REQUEST_BITS - 1) }).strict()).min(1),
+        syscalls: z.array(z.object({ name: z.string().regex(/^[a-z0-9_]+$/), errno: z.number().int().min(1).max(4095) }).strict()),
+    })
+    .strict();
 
 const syscallRule = z.looseObject({
     names: z.array(z.string()),
@@ -38,7 +44,7 @@ export interface RequestPattern {
 /**
  * "Every 32-bit request but these" as masked comparisons: walk the bits from the
  * top; a branch no denied request takes is one pattern, a branch that ends at a
- * denied request is none. (Four denied requests sharing 24 bits: 39 patterns.)
+ * denied request is none. (Seven denied requests: 116 patterns.)
  */
 export function allowedRequestPatterns(denied: number[]): RequestPattern[] {
     const patterns: RequestPattern[] = [];
@@ -53,19 +59,29 @@ export function allowedRequestPatterns(denied: number[]): RequestPattern[] {
 }
 
 export function renderSandboxSeccompProfile(): string {
-    const denied = deniedIoctls.parse(YAML.parse(renderTemplate("docker/seccomp-denied-ioctls.yaml", {})));
+    const deny = deniedOperations.parse(YAML.parse(renderTemplate("docker/seccomp-denied.yaml", {})));
     const profile = dockerProfile.parse(JSON.parse(renderTemplate("docker/seccomp-default.json", {})));
-    const unconditional = profile.syscalls.filter((rule) => rule.names.includes("ioctl") && rule.action === "SCMP_ACT_ALLOW" && !rule.args?.length && !rule.includes?.caps && !rule.includes?.arches);
+    const unconditional = profile.syscalls.filter((rule) => rule.names.includes("ioctl") && rule.action === "SCMP_ACT_ALLOW" && !rule.args?.length && Object.keys(rule.includes ?? {}).length === 0);
     if (unconditional.length !== 1 || profile.syscalls.filter((rule) => rule.names.includes("ioctl")).length !== 1) {
         throw new Error("templates/docker/seccomp-default.json: expected ioctl in exactly one rule, an unconditional ALLOW");
     }
+    const refused = new Set(deny.syscalls.map((s) => s.name));
+    for (const name of refused) {
+        if (!profile.syscalls.some((rule) => rule.names.includes(name))) throw new Error(`templates/docker/seccomp-denied.yaml: ${name} is in no rule of Docker's profile`);
+    }
     const [allowAll] = unconditional;
-    const ioctlRules = allowedRequestPatterns(denied.map((d) => d.request)).map(({ mask, value }) => ({
+    const ioctlRules = allowedRequestPatterns(deny.ioctls.map((d) => d.request)).map(({ mask, value }) => ({
         names: ["ioctl"],
         action: "SCMP_ACT_ALLOW",
         args: [{ index: 1, value: mask, valueTwo: value, op: "SCMP_CMP_MASKED_EQ" }],
     }));
-    const syscalls = profile.syscalls.flatMap((rule) => (rule === allowAll ? [{ ...rule, names: rule.names.filter((name) => name !== "ioctl") }, ...ioctlRules] : [rule]));
+    const syscalls = [
+        ...profile.syscalls.flatMap((rule) => {
+            const kept = { ...rule, names: rule.names.filter((name) => !refused.has(name) && !(rule === allowAll && name === "ioctl")) };
+            return [...(kept.names.length > 0 ? [kept] : []), ...(rule === allowAll ? ioctlRules : [])];
+        }),
+        ...deny.syscalls.map(({ name, errno }) => ({ names: [name], action: "SCMP_ACT_ERRNO", errnoRet: errno })),
+    ];
     // One rule per line: readable with grep, and a third of the size indented JSON takes in user_data.
     const { syscalls: _replaced, ...rest } = profile;
     return `${JSON.stringify(rest).slice(0, -1)},"syscalls":[\n${syscalls.map((rule) => JSON.stringify(rule)).join(",\n")}\n]}\n`;
