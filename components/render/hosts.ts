@@ -222,8 +222,8 @@ export function renderSandbox(cfg: StackConfig, images: ResolvedImages): Rendere
         config("/etc/systemd/system/airlock-egress-watch.service", "systemd/airlock-egress-watch.service"),
         config("/etc/systemd/system/airlock-egress-watch.timer", "systemd/airlock-egress-watch.timer"),
         { path: "/etc/airlock/egress-resolver.nft.in", content: renderTemplate("nftables/egress-resolver.nft", {}), permissions: "0600" },
-        // Its containers resolve through the gateway, under Docker's seccomp profile without btrfs subvolume
-        // ioctls; its trust key lives in the one directory the agent owns (Docker 20.10 writes it next to
+        // Its containers resolve through the gateway, under Docker's seccomp profile without btrfs subvolume,
+        // snapshot and reflink calls; its trust key lives in the one directory the agent owns (Docker 20.10 writes it next to
         // daemon.json by default, and that directory is root's: no daemon).
         config("/etc/airlock/docker-daemon.json.in", "docker/sandbox-daemon.json", { agentUser: user, seccompProfile: SANDBOX_SECCOMP_PROFILE_PATH }),
         { path: SANDBOX_SECCOMP_PROFILE_PATH, content: renderSandboxSeccompProfile(), permissions: "0644" },

@@ -32,6 +32,7 @@ const syscallRule = z.looseObject({
     action: z.string(),
     args: z.array(z.unknown()).nullish(),
     includes: z.record(z.string(), z.unknown()).optional(),
+    excludes: z.record(z.string(), z.unknown()).optional(),
 });
 const dockerProfile = z.looseObject({ defaultAction: z.literal("SCMP_ACT_ERRNO"), syscalls: z.array(syscallRule) });
 
@@ -61,11 +62,14 @@ export function allowedRequestPatterns(denied: number[]): RequestPattern[] {
 export function renderSandboxSeccompProfile(): string {
     const deny = deniedOperations.parse(YAML.parse(renderTemplate("docker/seccomp-denied.yaml", {})));
     const profile = dockerProfile.parse(JSON.parse(renderTemplate("docker/seccomp-default.json", {})));
-    const unconditional = profile.syscalls.filter((rule) => rule.names.includes("ioctl") && rule.action === "SCMP_ACT_ALLOW" && !rule.args?.length && Object.keys(rule.includes ?? {}).length === 0);
+    const unconditional = profile.syscalls.filter(
+        (rule) => rule.names.includes("ioctl") && rule.action === "SCMP_ACT_ALLOW" && !rule.args?.length && Object.keys(rule.includes ?? {}).length === 0 && Object.keys(rule.excludes ?? {}).length === 0,
+    );
     if (unconditional.length !== 1 || profile.syscalls.filter((rule) => rule.names.includes("ioctl")).length !== 1) {
         throw new Error("templates/docker/seccomp-default.json: expected ioctl in exactly one rule, an unconditional ALLOW");
     }
     const refused = new Set(deny.syscalls.map((s) => s.name));
+    if (refused.has("ioctl")) throw new Error("templates/docker/seccomp-denied.yaml: ioctl is narrowed by its requests (ioctls), not refused whole");
     for (const name of refused) {
         if (!profile.syscalls.some((rule) => rule.names.includes(name))) throw new Error(`templates/docker/seccomp-denied.yaml: ${name} is in no rule of Docker's profile`);
     }

@@ -7,7 +7,7 @@ const OWN_PROFILE = /^seccomp[:=](?!unconfined$)/;
 export const containersNoOwnSeccompProfile: Rule = {
     kind: "container",
     id: "containers-no-own-seccomp-profile",
-    description: "No container brings its own seccomp profile: every one runs under its daemon's (on the sandbox, Docker's default without the btrfs subvolume ioctls).",
+    description: "No container brings its own seccomp profile: every one runs under its daemon's (on the sandbox, Docker's default without btrfs subvolume, snapshot and reflink calls).",
     remediation: "Remove seccomp=<profile> from security_opt; the host's dockerd applies its profile to every container.",
     check: (c) =>
         whenKnown(c, ["securityOpt"], () =>
