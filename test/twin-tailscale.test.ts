@@ -222,17 +222,28 @@ describe.runIf(canRun)("the twin's Tailscale stand-in (namespaces, WireGuard, th
         for (const port of [22, 9222, 80]) listen(nodes.sandbox, sandboxIp, port);
         for (const port of [22, 53]) listen(nodes.gateway, gatewayIp, port);
         listen(nodes.gateway, gatewayIp, 53, "UDP");
-        for (const [node, address, port] of [[nodes.sandbox, sandboxIp, 80], [nodes.gateway, gatewayIp, 22]] as const) {
-            // Each listener answers on its own host: what is refused below is refused by the filter.
+        // Every listener answers on its own host before anything is asked across (a loaded machine
+        // starts them slowly): what is refused below is refused by the filter.
+        const local = [
+            [tcpReaches, nodes.sandbox, sandboxIp, 22],
+            [tcpReaches, nodes.sandbox, sandboxIp, 9222],
+            [tcpReaches, nodes.sandbox, sandboxIp, 80],
+            [tcpReaches, nodes.gateway, gatewayIp, 22],
+            [tcpReaches, nodes.gateway, gatewayIp, 53],
+            [udpReaches, nodes.gateway, gatewayIp, 53],
+        ] as const;
+        for (const [reaches, node, address, port] of local) {
             let up = false;
-            for (let i = 0; i < 20 && !up; i++) up = tcpReaches(node, address, port);
-            expect(up).toBe(true);
+            for (let i = 0; i < 20 && !up; i++) up = reaches(node, address, port);
+            expect(up, `${node.ns} ${address}:${port}`).toBe(true);
         }
-        expect(tcpReaches(nodes.gateway, sandboxIp, 22)).toBe(true);
-        expect(tcpReaches(nodes.gateway, sandboxIp, 9222)).toBe(true);
+        // An allowed path is asked up to three times (a datagram or a handshake lost under load is not a drop).
+        const eventually = (reaches: () => boolean) => reaches() || reaches() || reaches();
+        expect(eventually(() => tcpReaches(nodes.gateway, sandboxIp, 22))).toBe(true);
+        expect(eventually(() => tcpReaches(nodes.gateway, sandboxIp, 9222))).toBe(true);
         expect(tcpReaches(nodes.gateway, sandboxIp, 80)).toBe(false);
-        expect(tcpReaches(nodes.sandbox, gatewayIp, 53)).toBe(true);
-        expect(udpReaches(nodes.sandbox, gatewayIp, 53)).toBe(true);
+        expect(eventually(() => tcpReaches(nodes.sandbox, gatewayIp, 53))).toBe(true);
+        expect(eventually(() => udpReaches(nodes.sandbox, gatewayIp, 53))).toBe(true);
         expect(tcpReaches(nodes.sandbox, gatewayIp, 22)).toBe(false);
         expect(tcpReaches(nodes.other, sandboxIp, 22)).toBe(false);
         // In a table of its own, before NAT (the gateway redirects tailnet DNS), default deny.
