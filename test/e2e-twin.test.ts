@@ -378,7 +378,15 @@ describe.runIf(canRun)("the twin", () => {
             converged = ran.stdout.includes("ran") && asRoot("gateway", `cat /home/${cfg.agent.user}/.local/share/airlock/adguard/work/data/querylog.json 2>/dev/null`).stdout.includes(name);
         }
         timings.bootOrderConverged = (Date.now() - started) / 1000;
+        // What to look at when it did not: the units between the gateway's return and the agent's command.
+        const state = converged
+            ? ""
+            : [
+                  asRoot("sandbox", "systemctl --no-pager status airlock-tailnet-config.service airlock-egress.service; journalctl --no-pager -b -n 60 -u airlock-tailnet-config.service -u airlock-egress-refresh.service; nft list table inet airlock").stdout,
+                  asRoot("gateway", `systemctl --no-pager --failed; tail -c 2000 /home/${cfg.agent.user}/.local/share/airlock/adguard/work/data/querylog.json`).stdout,
+                  asAgent(`getent hosts ${name}; echo "getent: $?"`, [], MINUTE).stdout,
+              ].join("\n");
         // Within 12 minutes: before the 15-minute egress refresh timer could have helped.
-        expect(converged, "the sandbox did not converge within 12 minutes of the gateway's return").toBe(true);
+        expect(converged, `the sandbox did not converge within 12 minutes of the gateway's return:\n${state}`).toBe(true);
     }, 40 * MINUTE);
 });
