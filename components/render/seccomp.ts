@@ -62,10 +62,11 @@ export function allowedRequestPatterns(denied: number[]): RequestPattern[] {
 export function renderSandboxSeccompProfile(): string {
     const deny = deniedOperations.parse(YAML.parse(renderTemplate("docker/seccomp-denied.yaml", {})));
     const profile = dockerProfile.parse(JSON.parse(renderTemplate("docker/seccomp-default.json", {})));
-    const unconditional = profile.syscalls.filter(
-        (rule) => rule.names.includes("ioctl") && rule.action === "SCMP_ACT_ALLOW" && !rule.args?.length && Object.keys(rule.includes ?? {}).length === 0 && Object.keys(rule.excludes ?? {}).length === 0,
-    );
-    if (unconditional.length !== 1 || profile.syscalls.filter((rule) => rule.names.includes("ioctl")).length !== 1) {
+    const withIoctl = profile.syscalls.filter((rule) => rule.names.includes("ioctl"));
+    const [allowAll] = withIoctl;
+    const unconditional = (rule: typeof allowAll) =>
+        rule.action === "SCMP_ACT_ALLOW" && !rule.args?.length && Object.keys(rule.includes ?? {}).length === 0 && Object.keys(rule.excludes ?? {}).length === 0;
+    if (withIoctl.length !== 1 || !unconditional(allowAll)) {
         throw new Error("templates/docker/seccomp-default.json: expected ioctl in exactly one rule, an unconditional ALLOW");
     }
     const refused = new Set(deny.syscalls.map((s) => s.name));
@@ -73,7 +74,6 @@ export function renderSandboxSeccompProfile(): string {
     for (const name of refused) {
         if (!profile.syscalls.some((rule) => rule.names.includes(name))) throw new Error(`templates/docker/seccomp-denied.yaml: ${name} is in no rule of Docker's profile`);
     }
-    const [allowAll] = unconditional;
     const ioctlRules = allowedRequestPatterns(deny.ioctls.map((d) => d.request)).map(({ mask, value }) => ({
         names: ["ioctl"],
         action: "SCMP_ACT_ALLOW",
@@ -81,7 +81,8 @@ export function renderSandboxSeccompProfile(): string {
     }));
     const syscalls = [
         ...profile.syscalls.flatMap((rule) => {
-            const kept = { ...rule, names: rule.names.filter((name) => !refused.has(name) && !(rule === allowAll && name === "ioctl")) };
+            // ioctl is in allowAll alone (checked above): it comes back as ioctlRules.
+            const kept = { ...rule, names: rule.names.filter((name) => !refused.has(name) && name !== "ioctl") };
             return [...(kept.names.length > 0 ? [kept] : []), ...(rule === allowAll ? ioctlRules : [])];
         }),
         ...deny.syscalls.map(({ name, errno }) => ({ names: [name], action: "SCMP_ACT_ERRNO", errnoRet: errno })),

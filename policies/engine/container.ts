@@ -75,6 +75,16 @@ const asStrings = (value: unknown): string[] => (Array.isArray(value) ? value.ma
 
 export const normalizeCapability = (cap: string) => cap.trim().toUpperCase().replace(/^CAP_/, "");
 
+/** A security_opt entry as Docker reads it: spaces dropped, case folded. */
+export const normalizeSecurityOpt = (opt: string) => opt.replace(/\s/g, "").toLowerCase();
+
+/** One problem per security_opt entry that `pattern` matches (normalized); fails closed while they are unknown. */
+export function securityOptsMatching(c: ContainerSpec, pattern: RegExp): Problem[] {
+    return whenKnown(c, ["securityOpt"], () =>
+        c.securityOpt.filter((o) => pattern.test(normalizeSecurityOpt(o))).map((o) => ({ message: `${c.name} sets security_opt ${o}`, line: c.line, where: c.name })),
+    );
+}
+
 /** What Compose reads as true in a boolean field: YAML 1.1's yes/on as well (`privileged: yes`). */
 const truthy = (value: unknown) => value === true || /^(true|yes|on|y)$/i.test(String(value ?? ""));
 

@@ -1,5 +1,5 @@
 import type { Rule } from "../engine/rule";
-import { whenKnown } from "../engine/container";
+import { normalizeSecurityOpt, whenKnown } from "../engine/container";
 
 export const containersNoNewPrivileges: Rule = {
     kind: "container",
@@ -8,7 +8,7 @@ export const containersNoNewPrivileges: Rule = {
     remediation: "Add `security_opt: [\"no-new-privileges:true\"]` (securityOpts on a docker Container).",
     check: (c) =>
         whenKnown(c, ["securityOpt"], () => {
-            const opts = c.securityOpt.map((o) => o.replace(/\s/g, "").toLowerCase());
+            const opts = c.securityOpt.map(normalizeSecurityOpt);
             const set = opts.some((o) => o === "no-new-privileges" || o === "no-new-privileges:true" || o === "no-new-privileges=true");
             const unset = opts.some((o) => o === "no-new-privileges:false" || o === "no-new-privileges=false");
             return set && !unset ? [] : [{ message: `${c.name} does not set no-new-privileges`, line: c.line, where: c.name }];

@@ -1,5 +1,5 @@
 import type { Rule } from "../engine/rule";
-import { whenKnown } from "../engine/container";
+import { securityOptsMatching } from "../engine/container";
 
 /** A profile of the container's own replaces the daemon's, and with it what the host's profile denies. */
 const OWN_PROFILE = /^seccomp[:=](?!unconfined$)/;
@@ -9,10 +9,5 @@ export const containersNoOwnSeccompProfile: Rule = {
     id: "containers-no-own-seccomp-profile",
     description: "No container brings its own seccomp profile: every one runs under its daemon's (on the sandbox, Docker's default without btrfs subvolume, snapshot and reflink calls).",
     remediation: "Remove seccomp=<profile> from security_opt; the host's dockerd applies its profile to every container.",
-    check: (c) =>
-        whenKnown(c, ["securityOpt"], () =>
-            c.securityOpt
-                .filter((o) => OWN_PROFILE.test(o.replace(/\s/g, "").toLowerCase()))
-                .map((o) => ({ message: `${c.name} sets security_opt ${o}`, line: c.line, where: c.name })),
-        ),
+    check: (c) => securityOptsMatching(c, OWN_PROFILE),
 };

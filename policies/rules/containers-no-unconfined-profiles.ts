@@ -1,5 +1,5 @@
 import type { Rule } from "../engine/rule";
-import { whenKnown } from "../engine/container";
+import { securityOptsMatching } from "../engine/container";
 
 const UNCONFINED = /^(seccomp[:=]unconfined|apparmor[:=]unconfined|label[:=]disable|systempaths[:=]unconfined)$/;
 
@@ -8,10 +8,5 @@ export const containersNoUnconfinedProfiles: Rule = {
     id: "containers-no-unconfined-profiles",
     description: "No container turns off seccomp, AppArmor, SELinux labels or masked system paths.",
     remediation: "Remove seccomp=unconfined / apparmor=unconfined / label=disable / systempaths=unconfined from security_opt.",
-    check: (c) =>
-        whenKnown(c, ["securityOpt"], () =>
-            c.securityOpt
-            .filter((o) => UNCONFINED.test(o.replace(/\s/g, "").toLowerCase()))
-            .map((o) => ({ message: `${c.name} sets security_opt ${o}`, line: c.line, where: c.name })),
-        ),
+    check: (c) => securityOptsMatching(c, UNCONFINED),
 };
