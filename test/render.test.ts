@@ -1,10 +1,13 @@
+import { spawnSync } from "node:child_process";
+import * as fs from "node:fs";
+import * as path from "node:path";
 import { describe, expect, it } from "vitest";
 import * as YAML from "yaml";
 import { readStackFile } from "../components/config/load";
 import { hostFirewallRules } from "../components/host";
 import { TAILNET_AUTH_KEY_PLACEHOLDER, withTailnetKey } from "../components/render/hosts";
 import { renderTemplate } from "../components/render/templates";
-import { fakeTailnetKey, SHIPPED_STACKS, stackFile, renderHosts, renderedFile } from "./helpers/stacks";
+import { fakeTailnetKey, SHIPPED_STACKS, stackFile, renderHosts, renderedFile, tempDir } from "./helpers/stacks";
 
 describe("template rendering", () => {
     it("fails on a placeholder without a value", () => {
@@ -35,6 +38,17 @@ describe.each(SHIPPED_STACKS)("rendered hosts of %s", (stack) => {
         expect(egress).toBeGreaterThan(install);
         // Nothing of the agent before the rules: its home, its Docker, the join come after them.
         for (const step of ["airlock-agent-home", "airlock-setup-rootless-docker", "airlock-tailnet-join"]) expect(runcmd.findIndex((line) => line.includes(step)), step).toBeGreaterThan(egress);
+    });
+
+    it("install no package's recommendations (apt-config reads the rendered file) and name AppArmor, which only came as one", () => {
+        for (const host of hosts) {
+            const file = path.join(tempDir("apt-conf"), "90airlock-no-recommends");
+            fs.writeFileSync(file, renderedFile(host, "/etc/apt/apt.conf.d/90airlock-no-recommends"));
+            const dumped = spawnSync("apt-config", ["-c", file, "dump", "APT::Install-Recommends"], { encoding: "utf8" });
+            expect(dumped.status, dumped.stderr).toBe(0);
+            expect(dumped.stdout.trim()).toBe('APT::Install-Recommends "false";');
+            expect(YAML.parse(host.cloudInit).packages).toContain("apparmor");
+        }
     });
 
     it("carry the join-key placeholder exactly once, and never enable Tailscale SSH", () => {

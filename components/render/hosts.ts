@@ -118,6 +118,8 @@ const unitLines = (key: string, lines: string[] = []) => lines.map((line) => `${
 function commonFiles(cfg: StackConfig, role: HostRole, units: HostUnits): HostFile[] {
     const bound = [...(units.userManagerBindsTo ?? []), ...(units.userManagerRequires ?? [])];
     return [
+        // Written before cloud-init installs the packages list (write_files runs first).
+        config("/etc/apt/apt.conf.d/90airlock-no-recommends", "apt/90airlock-no-recommends"),
         script("/usr/local/sbin/airlock-install-tailscale", "scripts/install-tailscale"),
         script("/usr/local/sbin/airlock-tailnet-join", "scripts/tailnet-join", {
             hostname: cfg.hostnames[role],
