@@ -477,27 +477,27 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
             }
         }, 300_000);
 
-        it("from its container it can make no btrfs subvolume or snapshot and share no block by reflink, whatever the request's upper bits; under Docker's default profile it could", () => {
+        it("from its container it can make no btrfs subvolume or snapshot, share no block by reflink (whatever the request's upper bits) and set up no io_uring; under Docker's default profile it could", () => {
             // The agent's own program, in its workspace, as in production: the container's user owns the workspace there.
-            const probe = path.join(link, "btrfs-ioctl-probe");
-            const built = run("gcc", ["-static", "-O2", "-Wall", "-Werror", "-o", probe, path.join(__dirname, "fixtures", "btrfs-ioctl-probe.c")]);
+            const probe = path.join(link, "seccomp-probe");
+            const built = run("gcc", ["-static", "-O2", "-Wall", "-Werror", "-o", probe, path.join(__dirname, "fixtures", "seccomp-probe.c")]);
             expect(built.status, built.stderr).toBe(0);
             const attempts = (output: string) => output.trim().split("\n").map((line) => line.split(" "));
             const madeUnder = (profile: string) =>
-                dockerd!.docker(["run", "--rm", "--network", "none", "--user", String(uid), "--security-opt", `seccomp=${profile}`, "--volume", `${link}:/workspace`, IMAGE, "/workspace/btrfs-ioctl-probe", "/workspace"]);
+                dockerd!.docker(["run", "--rm", "--network", "none", "--user", String(uid), "--security-opt", `seccomp=${profile}`, "--volume", `${link}:/workspace`, IMAGE, "/workspace/seccomp-probe", "/workspace"]);
             const made = (): string[] => fs.readdirSync(link).filter((name) => name.startsWith("probe-"));
             try {
                 // Seen first: Docker's default profile (the base of the sandbox's) lets every one of them through.
                 const before = madeUnder(path.join(__dirname, "..", "templates", "docker", "seccomp-default.json"));
-                expect(attempts(before.stdout).filter(([, , result]) => result === "made")).toHaveLength(16);
+                expect(attempts(before.stdout).filter(([, , result]) => result === "made")).toHaveLength(17);
                 for (const name of made()) expect(run("btrfs", ["subvolume", "delete", path.join(link, name)]).status).toBe(0);
 
                 // The sandbox's profile (the daemon's default here, as the rendered daemon.json sets it), in its shell container.
-                const inShell = dockerd!.docker(["exec", "--user", String(uid), "agent-sandbox-shell", "/workspace/btrfs-ioctl-probe", "/workspace"]);
+                const inShell = dockerd!.docker(["exec", "--user", String(uid), "agent-sandbox-shell", "/workspace/seccomp-probe", "/workspace"]);
                 expect(inShell.status, inShell.stderr).toBe(0);
                 const results = attempts(inShell.stdout);
-                expect(results).toHaveLength(17);
-                const expected: Record<string, string> = { FIONREAD: "ok", COPY_FILE_RANGE: "ENOSYS" };
+                expect(results).toHaveLength(18);
+                const expected: Record<string, string> = { FIONREAD: "ok", COPY_FILE_RANGE: "ENOSYS", IO_URING_SETUP: "ENOSYS" };
                 for (const [name, form, result] of results) expect(result, `${name} ${form}`).toBe(expected[name] ?? "EPERM");
                 expect(made()).toEqual([]);
                 // btrfs-progs, the way an agent would try it.

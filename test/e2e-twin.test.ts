@@ -283,7 +283,7 @@ describe.runIf(canRun)("the twin", () => {
         expect(back.stdout).toMatch(/^git version /m);
     }, 10 * MINUTE);
 
-    it("as the agent: no btrfs subvolume or reflink in its workspace (the booted dockerd's seccomp profile), while ordinary ioctls and cp work", () => {
+    it("as the agent: no btrfs subvolume, reflink or io_uring (the booted dockerd's seccomp profile), while ordinary ioctls and cp work", () => {
         // BTRFS_IOC_SUBVOL_CREATE on /workspace, by raw ioctl; under Docker's own profile it makes /workspace/nested.
         const made = asAgent(`python3 -c "import fcntl, os; fd = os.open('/workspace', os.O_RDONLY); args = bytearray(4096); args[8:14] = b'nested'; fcntl.ioctl(fd, 0x5000940e, args)" 2>&1; ls -d /workspace/nested 2>&1; python3 -c "import fcntl, os, struct, termios; r, w = os.pipe(); print('FIONREAD', struct.unpack('i', fcntl.ioctl(r, termios.FIONREAD, bytes(4)))[0])"`);
         expect(made.stdout).toMatch(/PermissionError: \[Errno 1\] Operation not permitted/);
@@ -293,6 +293,9 @@ describe.runIf(canRun)("the twin", () => {
         const copied = asAgent("head -c 1048576 /dev/urandom > /workspace/cp-a && cp /workspace/cp-a /workspace/cp-b && cmp /workspace/cp-a /workspace/cp-b && echo copied; cp --reflink=always /workspace/cp-a /workspace/cp-c 2>&1; rm -f /workspace/cp-a /workspace/cp-b /workspace/cp-c");
         expect(copied.stdout).toContain("copied");
         expect(copied.stdout).toMatch(/failed to clone .*Operation not permitted/);
+        // io_uring_setup (425 on x86_64) answers ENOSYS, as on a kernel without it.
+        const ring = asAgent(`python3 -c "import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); r = libc.syscall(425, 1, ctypes.create_string_buffer(120)); print('io_uring', 'made' if r >= 0 else os.strerror(ctypes.get_errno()))"`);
+        expect(ring.stdout.trim(), ring.stderr).toBe("io_uring Function not implemented");
     }, 5 * MINUTE);
 
     it("backups and the restore drill pass against the twin's B2 stand-in, and the drill fails once the stand-in's data is truncated", () => {
