@@ -51,11 +51,27 @@ describe.runIf(canRun)("allowlist mode: unlisted names are NXDOMAIN and never fo
     let dir: string;
     const daemons: ChildProcess[] = [];
 
-    function dnsmasq(conf: string, name: string) {
+    /** Each resolver by its address: its process, and what it said on stderr (why it did not start). */
+    const resolvers = new Map<string, { name: string; child: ChildProcess; exit?: string }>();
+
+    function dnsmasq(conf: string, name: string, address: string) {
         const file = path.join(dir, `${name}.conf`);
         fs.writeFileSync(file, conf);
-        const child = spawn("ip", ["netns", "exec", net.server, "dnsmasq", "--keep-in-foreground", `--conf-file=${file}`, "--user=root", `--log-facility=${path.join(dir, `${name}.log`)}`], { stdio: "ignore" });
+        const stderr = fs.openSync(path.join(dir, `${name}.stderr`), "w");
+        const child = spawn("ip", ["netns", "exec", net.server, "dnsmasq", "--keep-in-foreground", `--conf-file=${file}`, "--user=root", `--log-facility=${path.join(dir, `${name}.log`)}`], { stdio: ["ignore", "ignore", stderr] });
+        fs.closeSync(stderr);
+        const resolver: { name: string; child: ChildProcess; exit?: string } = { name, child };
+        child.once("exit", (code, signal) => (resolver.exit = `exited (${signal ?? code})`));
+        resolvers.set(address, resolver);
         daemons.push(child);
+    }
+
+    /** Why a resolver did not answer: its process, its stderr, what listens in the namespace. */
+    function whyNotAnswering(address: string): string {
+        const resolver = resolvers.get(address)!;
+        const stderr = fs.readFileSync(path.join(dir, `${resolver.name}.stderr`), "utf8").trim();
+        const listening = inNamespace(net.server, ["ss", "-Hulnp"]).stdout.trim();
+        return `the ${resolver.name} resolver on ${address} did not answer: ${resolver.exit ?? "running"}; stderr: ${stderr || "(none)"}; listening: ${listening || "(nothing)"}`;
     }
 
     beforeAll(async () => {
@@ -63,18 +79,32 @@ describe.runIf(canRun)("allowlist mode: unlisted names are NXDOMAIN and never fo
         dir = tempDir("dns");
         inNamespace(net.server, ["ip", "addr", "add", `${UPSTREAM}/8`, "dev", "lo"]);
         // The fake upstream answers every name, and logs every query it receives.
-        dnsmasq(["no-resolv", "no-hosts", `listen-address=${UPSTREAM}`, "bind-interfaces", "port=53", "log-queries", `address=/#/${ANSWER}`].join("\n") + "\n", "upstream");
+        dnsmasq(["no-resolv", "no-hosts", `listen-address=${UPSTREAM}`, "bind-interfaces", "port=53", "log-queries", `address=/#/${ANSWER}`].join("\n") + "\n", "upstream", UPSTREAM);
         // Another resolver the sandbox must not reach (the server's "public" address).
-        dnsmasq(["no-resolv", "no-hosts", `listen-address=${net.serverPublic}`, "bind-interfaces", "port=53", `address=/#/${ANSWER}`].join("\n") + "\n", "other");
-        dnsmasq(dnsmasqFromAdguard(renderAdguardConfig(readStackFile(stackFile("prod"))), net.serverTailnet), "allowlist");
+        dnsmasq(["no-resolv", "no-hosts", `listen-address=${net.serverPublic}`, "bind-interfaces", "port=53", `address=/#/${ANSWER}`].join("\n") + "\n", "other", net.serverPublic);
+        dnsmasq(dnsmasqFromAdguard(renderAdguardConfig(readStackFile(stackFile("prod"))), net.serverTailnet), "allowlist", net.serverTailnet);
         const tailnetLink = inNamespace(net.server, ["ip", "-o", "-4", "addr", "show", "to", net.serverTailnet]).stdout.split(/\s+/)[1];
         inNamespace(net.server, ["ip", "addr", "add", `${OBSERVE_RESOLVER}/24`, "dev", tailnetLink]);
-        dnsmasq(dnsmasqFromAdguard(renderAdguardConfig(readStackFile(stackFile("dev"))), OBSERVE_RESOLVER), "observe");
-        // Every resolver answers before the first test (a busy CI machine starts them slowly).
-        for (const server of [UPSTREAM, net.serverPublic, net.serverTailnet, OBSERVE_RESOLVER]) {
-            for (let i = 0; i < 100 && lookup(net.server, server, "github.com").status === null; i++) await new Promise((r) => setTimeout(r, 100));
+        dnsmasq(dnsmasqFromAdguard(renderAdguardConfig(readStackFile(stackFile("dev"))), OBSERVE_RESOLVER), "observe", OBSERVE_RESOLVER);
+        // Every resolver answers before the first test (a busy CI machine starts them slowly),
+        // and one that does not fails here with its reason (one CI run timed out here with none).
+        const until = Date.now() + 60_000;
+        for (const server of resolvers.keys()) {
+            let restarted = false;
+            while (lookup(net.server, server, "github.com").status === null) {
+                const resolver = resolvers.get(server)!;
+                if (resolver.exit && !restarted) {
+                    // Started once more, with what it said the first time kept in the error below.
+                    console.warn(whyNotAnswering(server));
+                    dnsmasq(fs.readFileSync(path.join(dir, `${resolver.name}.conf`), "utf8"), resolver.name, server);
+                    restarted = true;
+                } else if (Date.now() > until || resolver.exit) {
+                    throw new Error(whyNotAnswering(server));
+                }
+                await new Promise((r) => setTimeout(r, 100));
+            }
         }
-    });
+    }, 120_000);
 
     afterAll(() => {
         for (const d of daemons) d.kill("SIGTERM");
