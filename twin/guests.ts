@@ -67,7 +67,9 @@ export function qemuArgs(stack: string, launch: GuestLaunch, boot: BootFiles, ov
         "-device", `virtio-net-pci,netdev=public,mac=${guest.mac}`,
         "-object", "rng-random,id=rng,filename=/dev/urandom",
         "-device", "virtio-rng-pci,rng=rng",
-        "-serial", `file:${path.join(dir, "console.log")}`,
+        // Appended, not truncated: a guest powered on again keeps what its earlier boots printed.
+        "-chardev", `file,id=console,path=${path.join(dir, "console.log")},append=on`,
+        "-serial", "chardev:console",
         "-chardev", `socket,id=qga,path=${qgaSocket(stack, launch.role)},server=on,wait=off`,
         "-device", "virtio-serial-pci",
         "-device", "virtserialport,chardev=qga,name=org.qemu.guest_agent.0",

@@ -196,7 +196,11 @@ async function awaitReady(stack: string, state: TwinState, role: GuestRole, log:
     writeState(readMerged(stack, role, guest));
     const since = (at: string) => ((Date.parse(at) - Date.parse(guest.launchedAt)) / 1000).toFixed(0);
     log(`${role}: cloud-init ${outcome.status} after ${since(guest.cloudInitAt)} s`);
-    if (outcome.status !== "done") throw new NotReadyError(`the ${role}'s first boot ended in cloud-init status ${outcome.status}:\n${outcome.detail}\n(see ${consoleLog(stack, role)})`);
+    if (outcome.status !== "done") {
+        // What runcmd printed last (the boot check names the units it found down) and what failed.
+        const said = await execInGuest(stack, role, ["sh", "-c", "tail -n 30 /var/log/cloud-init-output.log; echo '--- failed units:'; systemctl --failed --plain --no-legend"]).catch(() => undefined);
+        throw new NotReadyError(`the ${role}'s first boot ended in cloud-init status ${outcome.status}:\n${outcome.detail}\n${said ? `${said.stdout.trim()}\n` : ""}(see ${consoleLog(stack, role)})`);
+    }
     if (!workloads) return;
     await waitForWorkloads(stack, role, state.agentUser, BOOT_TIMEOUT_MS);
     guest.readyAt = new Date().toISOString();
