@@ -233,6 +233,19 @@ export async function waitForCloudInit(stack: string, role: GuestRole, timeoutMs
 }
 
 /**
+ * The agent's airlock-workloads.service as its user manager says, asked only when that
+ * manager already runs: `systemctl --user --machine` would start it, and with it the
+ * egress rules it is bound to, which on a first boot before Tailscale is installed cut
+ * the host's DNS to everything but the gateway's resolver (a `twin status` during a
+ * replacement's first boot left it off the tailnet). Undefined when it does not run.
+ */
+export async function agentWorkloadsState(stack: string, role: GuestRole, agentUser: string, timeoutMs: number): Promise<string | undefined> {
+    const script = 'systemctl is-active --quiet "user@$(id -u "$1").service" || exit 0; systemctl --user --machine="$1@" is-active airlock-workloads.service';
+    const state = await execInGuest(stack, role, ["sh", "-c", script, "sh", agentUser], { timeoutMs }).catch(() => undefined);
+    return state?.stdout.trim() || undefined;
+}
+
+/**
  * Waits until the agent's workloads run: its user manager's airlock-workloads.service
  * is active (compose up has created every container, images pulled). First boot's end
  * is not that: the workloads start once the tailnet-addressed config is rendered,
@@ -241,10 +254,10 @@ export async function waitForCloudInit(stack: string, role: GuestRole, timeoutMs
 export async function waitForWorkloads(stack: string, role: GuestRole, agentUser: string, timeoutMs: number): Promise<void> {
     const until = Date.now() + timeoutMs;
     for (;;) {
-        const state = await execInGuest(stack, role, ["systemctl", "--user", `--machine=${agentUser}@`, "is-active", "airlock-workloads.service"], { timeoutMs: 30_000 }).catch(() => undefined);
-        if (state?.stdout.trim() === "active") return;
+        const state = await agentWorkloadsState(stack, role, agentUser, 30_000);
+        if (state === "active") return;
         if (Date.now() > until) {
-            throw new NotReadyError(`the ${role}'s workloads did not start within ${Math.round(timeoutMs / 1000)} s (airlock-workloads.service: ${state?.stdout.trim() || "unknown"}; twin exec ${role} -- journalctl --user-unit airlock-workloads.service -M ${agentUser}@)`);
+            throw new NotReadyError(`the ${role}'s workloads did not start within ${Math.round(timeoutMs / 1000)} s (airlock-workloads.service: ${state ?? "unknown, the agent's user manager is not running"}; twin exec ${role} -- journalctl --user-unit airlock-workloads.service -M ${agentUser}@)`);
         }
         await sleep(5000);
     }

@@ -3,6 +3,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { GUESTS, GuestRole } from "./contract";
 import {
+    agentWorkloadsState,
     consoleLog,
     ensureVolume,
     execInGuest,
@@ -346,8 +347,7 @@ export async function status(stack: string): Promise<{ stack: string; firewall: 
         if (running) {
             const ip = await execInGuest(stack, role, ["sh", "-c", "command -v tailscale >/dev/null && tailscale ip -4"], { timeoutMs: 10_000 }).catch(() => undefined);
             tailnetAddress = ip?.code === 0 ? ip.stdout.trim() || undefined : undefined;
-            const unit = await execInGuest(stack, role, ["systemctl", "--user", `--machine=${state.agentUser}@`, "is-active", "airlock-workloads.service"], { timeoutMs: 10_000 }).catch(() => undefined);
-            workloads = unit?.stdout.trim() || undefined;
+            workloads = await agentWorkloadsState(stack, role, state.agentUser, 10_000);
         }
         const guest = state.guests[role];
         guests.push({
