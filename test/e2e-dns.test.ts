@@ -49,10 +49,15 @@ if (!isRoot()) console.warn("SKIPPED DNS allowlist e2e: needs root for network n
 describe.runIf(canRun)("allowlist mode: unlisted names are NXDOMAIN and never forwarded", () => {
     let net: TestNet;
     let dir: string;
-    const daemons: ChildProcess[] = [];
-
-    /** Each resolver by its address: its process, and what it said on stderr (why it did not start). */
-    const resolvers = new Map<string, { name: string; child: ChildProcess; exit?: string }>();
+    /** A resolver: its configuration, its process, and how that process ended (if it did). */
+    interface Resolver {
+        name: string;
+        conf: string;
+        child: ChildProcess;
+        exit?: string;
+    }
+    /** Each resolver by its address (a restarted one replaces the one that exited). */
+    const resolvers = new Map<string, Resolver>();
 
     function dnsmasq(conf: string, name: string, address: string) {
         const file = path.join(dir, `${name}.conf`);
@@ -60,10 +65,9 @@ describe.runIf(canRun)("allowlist mode: unlisted names are NXDOMAIN and never fo
         const stderr = fs.openSync(path.join(dir, `${name}.stderr`), "w");
         const child = spawn("ip", ["netns", "exec", net.server, "dnsmasq", "--keep-in-foreground", `--conf-file=${file}`, "--user=root", `--log-facility=${path.join(dir, `${name}.log`)}`], { stdio: ["ignore", "ignore", stderr] });
         fs.closeSync(stderr);
-        const resolver: { name: string; child: ChildProcess; exit?: string } = { name, child };
+        const resolver: Resolver = { name, conf, child };
         child.once("exit", (code, signal) => (resolver.exit = `exited (${signal ?? code})`));
         resolvers.set(address, resolver);
-        daemons.push(child);
     }
 
     /** Why a resolver did not answer: its process, its stderr, what listens in the namespace. */
@@ -96,7 +100,7 @@ describe.runIf(canRun)("allowlist mode: unlisted names are NXDOMAIN and never fo
                 if (resolver.exit && !restarted) {
                     // Started once more, with what it said the first time kept in the error below.
                     console.warn(whyNotAnswering(server));
-                    dnsmasq(fs.readFileSync(path.join(dir, `${resolver.name}.conf`), "utf8"), resolver.name, server);
+                    dnsmasq(resolver.conf, resolver.name, server);
                     restarted = true;
                 } else if (Date.now() > until || resolver.exit) {
                     throw new Error(whyNotAnswering(server));
@@ -107,7 +111,7 @@ describe.runIf(canRun)("allowlist mode: unlisted names are NXDOMAIN and never fo
     }, 120_000);
 
     afterAll(() => {
-        for (const d of daemons) d.kill("SIGTERM");
+        for (const { child } of resolvers.values()) child.kill("SIGTERM");
         if (process.env.AIRLOCK_DEBUG) for (const f of fs.readdirSync(dir)) console.log(f, fs.readFileSync(path.join(dir, f), "utf8"));
         net?.close();
     });
