@@ -77,7 +77,7 @@ exit 0
 `;
 const SYSTEM_DOCKER_UNIT = "[Unit]\nDescription=stand-in for docker.io's rootful daemon\n[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n";
 /** tailscaled's unit as Tailscale ships it (RuntimeDirectoryMode=0755), its LocalAPI socket open to all (0666) as tailscaled makes it. */
-const TAILSCALED_UNIT = "[Unit]\nDescription=stand-in for tailscaled\n[Service]\nRuntimeDirectory=tailscale\nRuntimeDirectoryMode=0755\nExecStart=/usr/bin/socat UNIX-LISTEN:/run/tailscale/tailscaled.sock,fork,mode=0666 SYSTEM:'echo localapi'\n[Install]\nWantedBy=multi-user.target\n";
+const TAILSCALED_UNIT = "[Unit]\nDescription=stand-in for tailscaled\n[Service]\nRuntimeDirectory=tailscale\nRuntimeDirectoryMode=0755\nExecStart=/usr/bin/socat UNIX-LISTEN:/run/tailscale/tailscaled.sock,fork,mode=0666 SYSTEM:'read -r _; echo localapi'\n[Install]\nWantedBy=multi-user.target\n";
 const SYSTEM_DOCKER_SOCKET = "[Unit]\nDescription=stand-in\n[Socket]\nListenStream=/run/docker-stand-in.sock\n[Install]\nWantedBy=sockets.target\n";
 
 describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
@@ -239,7 +239,8 @@ describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
         expect(asAgent.status).not.toBe(0);
         expect(asAgent.stderr).toMatch(/Permission denied/);
         // Root's does (socat waits up to 5 s for the answer after its input ends: a loaded CI machine).
-        expect(host!.exec(["socat", "-t", "5", "-T", "10", "-", "UNIX-CONNECT:/run/tailscale/tailscaled.sock"], { input: "x\n" }).stdout).toContain("localapi");
+        const asRoot = host!.exec(["socat", "-t", "5", "-T", "10", "-", "UNIX-CONNECT:/run/tailscale/tailscaled.sock"], { input: "x\n" });
+        expect(asRoot.stdout, asRoot.stderr).toContain("localapi");
     });
 
     it("the agent reaches neither another tailnet node nor a host loopback service", () => {
