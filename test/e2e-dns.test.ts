@@ -79,7 +79,7 @@ describe.runIf(canRun)("allowlist mode: unlisted names are NXDOMAIN and never fo
     }
 
     beforeAll(async () => {
-        net = createTestNet(String((process.pid % 10000) + 2));
+        net = createTestNet("dns");
         dir = tempDir("dns");
         inNamespace(net.server, ["ip", "addr", "add", `${UPSTREAM}/8`, "dev", "lo"]);
         // The fake upstream answers every name, and logs every query it receives.

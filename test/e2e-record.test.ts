@@ -50,7 +50,7 @@ describe.runIf(canRun)("the command record through the real sshd", () => {
     ];
 
     beforeAll(async () => {
-        net = createTestNet(String((process.pid % 10000) + 1));
+        net = createTestNet("rec");
         if (run("id", [AGENT]).status !== 0) {
             expect(run("useradd", ["--create-home", "--shell", "/bin/bash", AGENT]).status).toBe(0);
             createdUser = true;

@@ -89,7 +89,7 @@ describe.runIf(canRun)("airlock secrets push to the gateway over ssh", () => {
 
     beforeAll(async () => {
         uid = freeUid(1571, 1599);
-        net = createTestNet(`s${process.pid % 1000}`);
+        net = createTestNet("sec");
         for (const [user, extra] of [[AGENT, ["--uid", String(uid)]], [OPS, []]] as const) {
             if (run("id", [user]).status !== 0) {
                 expect(run("useradd", ["--create-home", "--shell", "/bin/bash", ...extra, user]).status).toBe(0);

@@ -57,7 +57,7 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
     let broker: TestBroker | undefined;
 
     beforeAll(async () => {
-        net = createTestNet(String(process.pid % 10000));
+        net = createTestNet("ssh");
         clientDir = tempDir("client");
         clientKey = path.join(clientDir, "id_ed25519");
         expect(run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", clientKey]).status).toBe(0);

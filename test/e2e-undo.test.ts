@@ -72,7 +72,7 @@ describe.runIf(canRun)("the undo button through ssh", () => {
     }
 
     beforeAll(async () => {
-        net = createTestNet(String(process.pid % 10000));
+        net = createTestNet("und");
         if (run("id", [AGENT]).status !== 0) {
             expect(run("useradd", ["--create-home", "--shell", "/bin/bash", "--uid", String(freeUid(1631, 1649)), AGENT]).status).toBe(0);
             createdUser = true;

@@ -20,7 +20,15 @@ function ip(...args: string[]): void {
     if (result.status !== 0) throw new Error(`ip ${args.join(" ")}: ${result.stderr.trim()}`);
 }
 
-export function createTestNet(tag: string): TestNet {
+/**
+ * `label`: up to three letters no other test file uses. Files run side by side, and one
+ * that took another's namespace names would delete its namespaces on the way in (tags
+ * made of pid arithmetic alone collided whenever two workers' pids were a step apart).
+ */
+export function createTestNet(label: string): TestNet {
+    if (!/^[a-z]{1,3}$/.test(label)) throw new Error(`createTestNet: label ${JSON.stringify(label)} is not one to three lowercase letters`);
+    // Interface names below are at most 15 characters: "al" + 3 + 7 digits of a pid + 2.
+    const tag = `${label}${process.pid}`;
     const client = `al-${tag}-c`;
     const server = `al-${tag}-s`;
     const links = [
