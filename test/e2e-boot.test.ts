@@ -3,6 +3,7 @@ import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import * as YAML from "yaml";
 import { RenderedHost, SANDBOX_WRAPPER_PATH } from "../components/render/hosts";
+import { AGENT_WORKLOADS_STATE_SCRIPT } from "../twin/guests";
 import { bootRootfs, BootedHost, sandboxRootfs } from "./helpers/nspawn";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
@@ -282,4 +283,19 @@ describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
         expect(probe("containers")).toMatch(/169\.254\.169\.254\/80 blocked/);
         expect(host!.exec(["systemctl", "--failed", "--no-legend", "--plain"]).stdout.trim()).toBe("");
     });
+
+    it("twin status asks the agent's workloads without starting its stopped user manager (systemctl --user -M would, and its egress rules with it)", async () => {
+        const ask = () => host!.exec(["sh", "-c", AGENT_WORKLOADS_STATE_SCRIPT, "sh", agent], { timeout: 30_000 });
+        const manager = () => host!.exec(["systemctl", "is-active", `user@${agentUid}.service`]).stdout.trim();
+        expect(ask().stdout.trim(), "asked while the manager runs").toBe("active");
+        expect(host!.exec(["systemctl", "stop", `user@${agentUid}.service`], { timeout: 60_000 }).status).toBe(0);
+        try {
+            const answer = ask().stdout.trim();
+            await new Promise((r) => setTimeout(r, 2000));
+            expect(manager(), "the agent's user manager after the question").toBe("inactive");
+            expect(answer).toBe("");
+        } finally {
+            host!.exec(["systemctl", "start", `user@${agentUid}.service`], { timeout: 60_000 });
+        }
+    }, 120_000);
 });

@@ -232,6 +232,10 @@ export async function waitForCloudInit(stack: string, role: GuestRole, timeoutMs
     return { status, detail: result.stdout.trim() };
 }
 
+/** `sh -c` script, the agent's user name as $1: prints its workloads' state, or nothing while its user manager is not running. */
+export const AGENT_WORKLOADS_STATE_SCRIPT =
+    'systemctl is-active --quiet "user@$(id -u "$1").service" || exit 0; systemctl --user --machine="$1@" is-active airlock-workloads.service';
+
 /**
  * The agent's airlock-workloads.service as its user manager says, asked only when that
  * manager already runs: `systemctl --user --machine` would start it, and with it the
@@ -240,8 +244,7 @@ export async function waitForCloudInit(stack: string, role: GuestRole, timeoutMs
  * replacement's first boot left it off the tailnet). Undefined when it does not run.
  */
 export async function agentWorkloadsState(stack: string, role: GuestRole, agentUser: string, timeoutMs: number): Promise<string | undefined> {
-    const script = 'systemctl is-active --quiet "user@$(id -u "$1").service" || exit 0; systemctl --user --machine="$1@" is-active airlock-workloads.service';
-    const state = await execInGuest(stack, role, ["sh", "-c", script, "sh", agentUser], { timeoutMs }).catch(() => undefined);
+    const state = await execInGuest(stack, role, ["sh", "-c", AGENT_WORKLOADS_STATE_SCRIPT, "sh", agentUser], { timeoutMs }).catch(() => undefined);
     return state?.stdout.trim() || undefined;
 }
 
