@@ -218,7 +218,7 @@ export function renderSandbox(cfg: StackConfig, images: ResolvedImages): Rendere
         script("/usr/local/sbin/airlock-mount-workspace", "scripts/mount-workspace", { agentUser: user }),
         ...checkpointFiles(cfg, images),
         config("/etc/systemd/system/airlock-workspace.service", "systemd/airlock-workspace.service", { engine: CHECKPOINT_ENGINE_PATH }),
-        { path: "/etc/airlock/resolv.conf.in", content: "# airlock: the gateway's AdGuard Home is the only resolver.\nnameserver @RESOLVER_IPV4@\noptions edns0\n", permissions: "0644" },
+        config("/etc/airlock/resolv.conf.in", "resolv/resolv.conf.in"),
         { path: EGRESS_RULES_PATH, content: renderEgressRules(cfg), permissions: "0600" },
         config(`/etc/systemd/system/${EGRESS_UNIT}`, "systemd/airlock-egress.service"),
         config("/etc/systemd/system/airlock-egress-watch.service", "systemd/airlock-egress-watch.service"),
@@ -486,7 +486,7 @@ function backupFiles(cfg: StackConfig): HostFile[] {
         script("/usr/local/sbin/airlock-alert", "backup/alert", { alertWebhookUrl: shellQuoted(cfg.backup.alertWebhookUrl) }),
         config("/etc/systemd/system/airlock-alert@.service", "backup/alert@.service"),
         // The drill's scratch PostgreSQL: no cluster of its own on the gateway.
-        { path: "/etc/postgresql-common/createcluster.conf", content: "# airlock: PostgreSQL is here only for the restore drill's scratch server.\ncreate_main_cluster = false\n", permissions: "0644" },
+        config("/etc/postgresql-common/createcluster.conf", "postgresql/createcluster.conf"),
         ...scheduled("airlock-backup-gateway", "daily backup of the gateway", "/usr/local/sbin/airlock-backup gateway", "*-*-* 03:00", "30min", "6h"),
         ...scheduled("airlock-backup-sandbox", "daily backup of the sandbox's /workspace", "/usr/local/sbin/airlock-backup sandbox", "*-*-* 03:30", "30min", "6h"),
         ...scheduled("airlock-restic-check-gateway", "weekly check of the gateway's repository", "/usr/local/sbin/airlock-restic-check gateway", "Sun *-*-* 05:00", "1h", "12h"),
