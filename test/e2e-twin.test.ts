@@ -143,9 +143,10 @@ describe.runIf(canRun)("the twin", () => {
             expect(required.length, role).toBeGreaterThan(3);
             const active = asRoot(role, `systemctl is-active ${required.join(" ")} tailscaled.service airlock-tailnet-config.service`);
             expect(active.stdout.trim().split("\n"), role).toEqual(Array(required.length + 2).fill("active"));
-            // apt installed what user_data names and its dependencies, no recommendation (needrestart, git, criu).
-            const recommended = asRoot(role, "dpkg-query -W -f '${db:Status-Status} ${Package}\\n' needrestart git criu apparmor 2>/dev/null | grep '^installed'");
-            expect(recommended.stdout.trim(), role).toBe("installed apparmor");
+            // apt installed what user_data names and its dependencies, no recommendation (needrestart, git, criu),
+            // and gpg without the rest of gnupg (its agent, dirmngr).
+            const recommended = asRoot(role, "dpkg-query -W -f '${db:Status-Status} ${Package}\\n' needrestart git criu gpg-agent dirmngr gpg apparmor 2>/dev/null | grep '^installed'");
+            expect(recommended.stdout.trim().split("\n").sort(), role).toEqual(["installed apparmor", "installed gpg"]);
         }
         // What `twin status` reports of the ready pair (and its exit code says).
         const status = twin(["status", "--stack", STACK, "--json"]);
