@@ -146,7 +146,7 @@ export async function checkpointCost(log: (line: string) => void): Promise<Check
         // The wrapper as sshd runs it (no ssh: that cost is in the command series), with the broker and the
         // real engine, in a namespace where the sandbox's egress rules hold (else it refuses to run anything).
         log("one command through the wrapper: plain, in a warm session, in a new session...");
-        const net = createTestNet(`${process.pid % 1000}k`);
+        const net = createTestNet("bck");
         cleanup.push(() => net.close());
         enforceEgress(net.server, renderHosts(cfg).sandbox, uid, "198.18.7.2");
         const wrappers: Record<string, string> = {};

@@ -112,7 +112,7 @@ export async function commandCost(runs: number, secondsPerSeries: number, log: (
         cleanup.push(() => run("docker-compose", ["--project-name", "airlockbench", "--file", compose, "down", "--timeout", "1"], { env: dockerd.env, timeout: 120_000 }));
 
         // The sandbox's sshd from the rendered files, in its namespace.
-        const net = createTestNet(String(process.pid % 1000));
+        const net = createTestNet("bcm");
         cleanup.push(() => net.close());
         const hosts = renderHosts(cfg);
         const root = fs.mkdtempSync("/run/airlock-bench-");

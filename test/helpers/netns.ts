@@ -27,7 +27,7 @@ function ip(...args: string[]): void {
  */
 export function createTestNet(label: string): TestNet {
     if (!/^[a-z]{1,3}$/.test(label)) throw new Error(`createTestNet: label ${JSON.stringify(label)} is not one to three lowercase letters`);
-    // Interface names below are at most 15 characters: "al" + 3 + 7 digits of a pid + 2.
+    // Interface names below stay within Linux's 15 characters: "al" + 3 + 7 digits of a pid + 2.
     const tag = `${label}${process.pid}`;
     const client = `al-${tag}-c`;
     const server = `al-${tag}-s`;
