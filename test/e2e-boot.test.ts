@@ -287,6 +287,7 @@ describe.runIf(canRun)("sandbox boot order under systemd (nspawn)", () => {
     it("twin status asks the agent's workloads without starting its stopped user manager (systemctl --user -M would, and its egress rules with it)", async () => {
         const ask = () => host!.exec(["sh", "-c", AGENT_WORKLOADS_STATE_SCRIPT, "sh", agent], { timeout: 30_000 });
         const manager = () => host!.exec(["systemctl", "is-active", `user@${agentUid}.service`]).stdout.trim();
+        // The workloads are active since the test before (the gateway joined).
         expect(ask().stdout.trim(), "asked while the manager runs").toBe("active");
         expect(host!.exec(["systemctl", "stop", `user@${agentUid}.service`], { timeout: 60_000 }).status).toBe(0);
         try {
