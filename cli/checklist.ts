@@ -1,6 +1,9 @@
 import * as YAML from "yaml";
 import { deployCredential, GITHUB_HIGH_IMPACT, GITHUB_MERGE_OR_ADMIN, highImpactEntry } from "../components/config/automation";
 import type { Finding } from "../policies/engine/finding";
+import { SANDBOX_SSH_CONFIG_PATH } from "../components/render/hosts";
+import { GATEWAY_AGENT_PATHS } from "../components/workloads/compose";
+import { HERMES_RUNTIME } from "../policies/contract";
 import { collectArtifacts } from "./plan";
 import type { StackPlan } from "./offline";
 
@@ -196,15 +199,19 @@ const AUTOMATIC: AutomaticItem[] = [
     {
         section: "automation boundaries",
         id: "runtime-commands-in-sandbox",
-        title: "The agent runtime sends every command to the sandbox (its terminal backend is ssh through the wrapper)",
-        rules: ["sshd-agent-force-command"],
+        title: "The agent runtime sends every command to the sandbox (Hermes's terminal backend is ssh through the wrapper, pinned in its managed scope, checked before it starts)",
+        rules: ["agent-runtime-commands-on-sandbox", "sshd-agent-force-command"],
         manualUnless: (plan) =>
-            plan.config.gateway.agent ? undefined : "The stack runs no agent runtime (airlock:gateway.agent): point your runtime's terminal backend at /etc/airlock/agent/terminal.yaml.",
+            plan.config.gateway.agent
+                ? undefined
+                : `The stack runs no agent runtime (airlock:gateway.agent): give yours an ssh terminal to the sandbox alias of ${SANDBOX_SSH_CONFIG_PATH}, and check that it never falls back to running commands itself.`,
         evidence: (plan) => {
             const agent = YAML.parse(artifact(plan, "gateway", "etc/airlock/compose.yml.in") ?? "{}")?.services?.agent;
-            const terminal = YAML.parse(artifact(plan, "gateway", "etc/airlock/agent/terminal.yaml") ?? "{}")?.terminal;
-            const mounted = (agent?.volumes ?? []).some((v: string) => v.startsWith("/etc/airlock/agent/terminal.yaml:"));
-            return mounted && terminal?.backend === "ssh" ? `terminal: ssh to ${terminal.ssh.hostname} as ${terminal.ssh.user}, workdir ${terminal.workdir}` : undefined;
+            const terminal = YAML.parse(artifact(plan, "gateway", GATEWAY_AGENT_PATHS.hermesConfig.slice(1)) ?? "{}")?.terminal;
+            const managed = (agent?.volumes ?? []).some((v: string) => v === `${GATEWAY_AGENT_PATHS.hermesConfig}:${HERMES_RUNTIME.managedConfig}:ro`);
+            return managed && terminal?.backend === "ssh" && agent?.command?.[0] === HERMES_RUNTIME.preflight
+                ? `Hermes's managed terminal: ssh to ${terminal.ssh_host} (${plan.config.hostnames.sandbox}) as ${terminal.ssh_user}, cwd ${terminal.cwd}; started through airlock-hermes-preflight`
+                : undefined;
         },
     },
     {

@@ -51,3 +51,27 @@ export class ConfigError extends Error {
         this.name = "ConfigError";
     }
 }
+
+/**
+ * The agent runtime (Hermes Agent) as airlock deploys it: where its managed scope
+ * (hermes_cli/managed_scope.py: root-owned settings laid over the user's own, key by
+ * key) and airlock's preflight sit in its container. The gate judges a Hermes service
+ * by them; components/ renders them.
+ */
+export const HERMES_RUNTIME = {
+    /** Hermes's managed config.yaml and .env (its default managed directory, /etc/hermes). */
+    managedConfig: "/etc/hermes/config.yaml",
+    managedEnv: "/etc/hermes/.env",
+    /** Starts the runtime only when Hermes's own loader says every command goes over ssh to the sandbox. */
+    preflight: "/usr/local/libexec/airlock/hermes-preflight",
+} as const;
+
+/**
+ * Variables that choose the runtime's terminal or where Hermes reads what chooses it:
+ * airlock's managed files set them, so neither a stack's environment nor a pushed
+ * secret may, and the preflight refuses a process environment that changed them.
+ */
+export const RUNTIME_PINNED_ENV = /^(TERMINAL_.*|HERMES_MANAGED_DIR|HERMES_HOME)$/;
+
+/** An image of Hermes Agent, from any registry: its repository's last part is hermes-agent. */
+export const isHermesImage = (image: string) => /(^|\/)hermes-agent(:[\w.-]+)?(@sha256:[0-9a-f]{64})?$/.test(image);

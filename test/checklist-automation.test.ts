@@ -29,7 +29,7 @@ describe("checklist: automation boundaries", () => {
         expect(items["high-impact-needs-approval"]).toMatchObject({ status: "pass", detail: "no high-impact scope can be minted" });
         expect(items["agent-tokens-are-scoped"]).toMatchObject({ status: "pass" });
         expect(items["agent-no-deploy-credentials"]).toMatchObject({ status: "pass", detail: "agent secrets: ANTHROPIC_API_KEY, GITHUB_APP_PRIVATE_KEY, SLACK_BOT_TOKEN" });
-        expect(items["runtime-commands-in-sandbox"]).toMatchObject({ status: "pass", detail: "terminal: ssh to airlock-dev-sandbox as agent, workdir /workspace" });
+        expect(items["runtime-commands-in-sandbox"]).toMatchObject({ status: "pass", detail: "Hermes's managed terminal: ssh to sandbox (airlock-dev-sandbox) as agent, cwd /workspace; started through airlock-hermes-preflight" });
         expect(items["default-branch-protected"].status).toBe("manual");
     });
 

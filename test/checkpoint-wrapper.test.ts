@@ -2,9 +2,10 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
-import { installWrapperFiles, recordEntries, startBroker, talk, TestBroker } from "./helpers/broker";
+import { installStubEngine, installWrapperFiles, recordEntries, startBroker, talk, TestBroker } from "./helpers/broker";
 import { egressRulesFor, inEgressNamespace } from "./helpers/egress";
 import * as YAML from "yaml";
+import { GATEWAY_AGENT_PATHS } from "../components/workloads/compose";
 import { editedStack, REPO, tempDir, renderHosts, renderedFile, stackFile } from "./helpers/stacks";
 import { run, toolsAvailable } from "./helpers/tools";
 
@@ -22,33 +23,31 @@ afterAll(async () => {
 });
 
 const b64 = (text: string) => Buffer.from(text, "utf8").toString("base64");
+/**
+ * A command in the shape Hermes Agent's ssh terminal sends it, for the refusals below
+ * (what the pinned Hermes really sends is sent by it, in test/e2e-hermes.test.ts).
+ */
+const frame = (command: string) =>
+    "bash -c '" +
+    [
+        "builtin cd -- /workspace || exit 126",
+        `eval '"'"'${command}'"'"'`,
+        "__hermes_ec=$?",
+        "umask 077",
+        `printf '"'"'\\n__HERMES_CWD_0123456789ab__%s__HERMES_CWD_0123456789ab__\\n'"'"' "$(pwd -P)"`,
+        "exit $__hermes_ec",
+    ].join("\n") +
+    "'";
 /** The container a recorded `docker exec` ran in: the argument after `-w /workspace`. */
 const containerOf = (args: string[] | undefined) => args?.[args.indexOf("/workspace") + 1];
-
-/** A stand-in engine: records its arguments; `fail` in its folder makes it refuse like the real one. */
-const STUB_ENGINE = `#!/bin/bash
-printf '%s\\n' "$*" >>"@DIR@/engine-calls"
-if [[ -e "@DIR@/fail" ]]; then echo "airlock: $(cat "@DIR@/fail")" >&2; exit 2; fi
-case "$1" in
-create) echo "checkpoint 7 of $2 at 2026-11-23T10:00:00Z" ;;
-list) printf 'ID  TIME (UTC)           KIND    LABEL\\n7   2026-11-23 10:00:00  manual  before\\n' ;;
-restore) echo "restored $2 to checkpoint 1 (2026-11-23T10:00:00Z); its container was recreated from its image" ;;
-session-ensure) echo "agent-$2" ;;
-esac
-`;
 
 async function installWrapper(stackEdit: (c: Record<string, any>) => void = () => {}) {
     const cfg = readStackFile(editedStack("dev", stackEdit));
     const dir = tempDir("ckpt-wrapper");
     const sandbox = renderHosts(cfg).sandbox;
     const { wrapper, ...files } = installWrapperFiles(sandbox, dir);
-    const engine = path.join(dir, "engine");
-    fs.writeFileSync(engine, STUB_ENGINE.replaceAll("@DIR@", dir), { mode: 0o755 });
-    const volume = path.join(dir, "volume");
-    fs.mkdirSync(path.join(volume, "checkpoints", "shared"), { recursive: true });
-    const config = path.join(dir, "checkpoints.json");
-    fs.writeFileSync(config, JSON.stringify({ volume }));
-    const broker = await startBroker(files.broker, files.socket, files.stateDir, undefined, { AIRLOCK_CHECKPOINT_ENGINE: engine, AIRLOCK_CHECKPOINTS_CONFIG: config });
+    const { volume, calls, brokerEnv } = installStubEngine(dir);
+    const broker = await startBroker(files.broker, files.socket, files.stateDir, undefined, brokerEnv);
     brokers.push(broker);
     for (const sub of ["bin", "state", "workspace"]) fs.mkdirSync(path.join(dir, sub));
     fs.writeFileSync(
@@ -63,13 +62,12 @@ async function installWrapper(stackEdit: (c: Record<string, any>) => void = () =
         const [cmd, ...args] = inEgressNamespace(rules, [wrapper]);
         return run(cmd, args, { env: { PATH: `${dir}/bin:/usr/sbin:/usr/bin:/sbin:/bin`, SSH_ORIGINAL_COMMAND: command, SSH_CONNECTION: "100.100.7.2 40000 100.100.7.1 22", ...env } });
     };
-    const calls = () => (fs.existsSync(path.join(dir, "engine-calls")) ? fs.readFileSync(path.join(dir, "engine-calls"), "utf8").trim().split("\n") : []);
     const dockerArgs = () => (fs.existsSync(path.join(dir, "state", "docker-args")) ? fs.readFileSync(path.join(dir, "state", "docker-args"), "utf8").trim().split("\n") : undefined);
     const reset = () => {
         fs.rmSync(path.join(dir, "engine-calls"), { force: true });
         fs.rmSync(path.join(dir, "state", "docker-args"), { force: true });
     };
-    const record = () => recordEntries(path.join(files.stateDir, "record.jsonl"));
+    const record = () => (fs.existsSync(path.join(files.stateDir, "record.jsonl")) ? recordEntries(path.join(files.stateDir, "record.jsonl")) : []);
     return { invoke, calls, dockerArgs, reset, record, dir, volume, socket: files.socket };
 }
 
@@ -97,27 +95,60 @@ describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "sys
         expect(dockerArgs()).toBeUndefined();
     });
 
-    it("the commands the agent's terminal config documents are exactly verbs the wrapper recognises", async () => {
+    it("the commands the runtime's instructions name are exactly verbs the wrapper recognises", async () => {
         const { invoke, calls, dockerArgs, reset } = await installWrapper();
-        const terminal = YAML.parse(renderedFile(renderHosts(readStackFile(stackFile("dev"))).gateway, "/etc/airlock/agent/terminal.yaml")).terminal;
-        expect(terminal.sessions).toBe("shared");
-        const { automatic, ...commands } = terminal.undo as Record<string, string | boolean>;
-        expect(automatic).toBe(true);
-        const expected: Record<string, string> = {
-            checkpoint: `create shared --label-b64 ${b64("before migration")}`,
-            checkpoints: "list shared --json",
-            restore: "restore shared --id 12",
-            restore_label: `restore shared --label-b64 ${b64("before migration")}`,
-            restore_last: "restore shared --last",
-        };
-        expect(Object.keys(commands).sort()).toEqual(Object.keys(expected).sort());
-        for (const [name, template] of Object.entries(commands)) {
+        const hint: string = YAML.parse(renderedFile(renderHosts(readStackFile(stackFile("dev"))).gateway, GATEWAY_AGENT_PATHS.hermesConfig)).agent.environment_hint;
+        expect(hint).toMatch(/Sandbox sessions: shared\./);
+        expect(hint).toMatch(/Automatic checkpoints before destructive commands \(rm -r, git reset --hard,\s+DROP TABLE, \.\.\.\): on\./);
+        const commands = [...hint.matchAll(/`(airlock [^`]+)`/g)].map((m) => m[1]);
+        const expected = [
+            `create shared --label-b64 ${b64("before migration")}`,
+            "list shared --json",
+            "restore shared --id 12",
+            `restore shared --label-b64 ${b64("before migration")}`,
+            "restore shared --last",
+        ];
+        expect(commands).toHaveLength(expected.length);
+        for (const [i, template] of commands.entries()) {
             reset();
-            const command = String(template).replace("{label}", "before migration").replace("{id}", "12");
+            const command = template.replace("{label}", "before migration").replace("{id}", "12");
             expect(invoke(command).status, command).toBe(0);
-            expect(calls(), command).toEqual([expected[name]]);
+            expect(calls(), command).toEqual([expected[i]]);
             expect(dockerArgs(), command).toBeUndefined();
         }
+    });
+
+    it("a destructive command hidden in a frame's other lines still gets its automatic checkpoint, labelled with the frame's command", async () => {
+        const { invoke, calls } = await installWrapper();
+        // Parses as a frame whose one command is `ls`, but the whole text runs.
+        invoke(frame("ls").replace("builtin cd -- /workspace ||", "builtin cd -- /workspace; rm -rf /workspace/* ||"));
+        expect(calls()).toEqual([`create shared --label-b64 ${b64("ls")} --auto`]);
+    });
+
+    it("Hermes's copy of .hermes back from the sandbox is answered with an empty archive; nothing runs in the container", async () => {
+        const { invoke, dockerArgs, record } = await installWrapper();
+        const answered = invoke("tar cf - -C / tmp/airlock-home.Ab12Cd/.hermes");
+        expect(answered.status).toBe(0);
+        expect(answered.stdout).toBe("\0".repeat(10240));
+        expect(dockerArgs()).toBeUndefined();
+        expect(record().filter((e) => e.kind === "begin")).toEqual([]);
+        // Any other tar is an ordinary command.
+        invoke("tar cf - -C / workspace");
+        expect(dockerArgs()?.at(-1)).toBe("tar cf - -C / workspace");
+    });
+
+    it.each<[string, string]>([
+        ["a bare bash -c", "bash -c 'airlock checkpoint'"],
+        ["a frame with a second command after it", frame("airlock checkpoint") + "\necho second"],
+        ["a frame whose eval holds a bare quote", frame("airlock checkpoint --label it's")],
+        ["a frame with a raw quote in its outer quoting", frame("airlock checkpoint").replace("exit 126", "exit 126 'x'")],
+        ["a frame with another first line", frame("airlock checkpoint").replace("builtin cd --", "cd")],
+    ])("%s that looks like the runtime's frame is an ordinary command for the container", async (_, command) => {
+        const { invoke, calls, dockerArgs } = await installWrapper();
+        invoke(command);
+        expect(calls()).toEqual([]);
+        // The stub writes one argument per line: the command is the last of them.
+        expect(dockerArgs()?.join("\n").endsWith(command)).toBe(true);
     });
 
     it("prints the engine's answer, and its refusal with exit 1", async () => {

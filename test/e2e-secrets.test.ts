@@ -2,10 +2,12 @@ import { ChildProcess } from "node:child_process";
 import { generateKeyPairSync, randomBytes } from "node:crypto";
 import * as fs from "node:fs";
 import * as path from "node:path";
+import * as YAML from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { COMPOSE_TEMPLATE_PATH, RenderedHost, SSHD_TEMPLATE_PATH } from "../components/render/hosts";
-import { GATEWAY_AGENT_PATHS } from "../components/workloads/compose";
+import { GATEWAY_AGENT_PATHS, RUNTIME_SSH_KEY } from "../components/workloads/compose";
+import { HERMES_RUNTIME } from "../policies/contract";
 import { importTestImage, startDockerd, TestDocker } from "./helpers/dockerd";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
 import { newHostKey } from "./helpers/sshdRig";
@@ -138,8 +140,17 @@ describe.runIf(canRun)("airlock secrets push to the gateway over ssh", () => {
         run("chown", [AGENT, `${runtimeDir}/docker.sock`]);
         importTestImage(dockerd, fs.mkdtempSync("/tmp/airlock-e2s-image-"), IMAGE);
         // As airlock-tailnet-render writes it at boot (the address only matters to AdGuard, not started here).
-        const compose = moved(renderedFile(gateway, COMPOSE_TEMPLATE_PATH)).replaceAll("@TAILNET_IPV4@", "127.0.0.1").replace(/image: nousresearch\/hermes-agent:latest@sha256:[0-9a-f]{64}/, `image: ${IMAGE}`);
-        fs.writeFileSync(path.join(root, "etc/airlock/compose.yml"), compose, { mode: 0o644 });
+        // The runtime's image is a busybox stand-in here (Hermes itself runs in test/e2e-hermes.test.ts):
+        // it cannot run the preflight, so its command only waits; everything else is as rendered.
+        const doc = YAML.parse(moved(renderedFile(gateway, COMPOSE_TEMPLATE_PATH)).replaceAll("@TAILNET_IPV4@", "127.0.0.1"));
+        expect(doc.services.agent.command[0]).toBe(GATEWAY_AGENT_PATHS.hermesPreflight);
+        Object.assign(doc.services.agent, { image: IMAGE, command: ["sleep", "2147483647"] });
+        fs.writeFileSync(path.join(root, "etc/airlock/compose.yml"), YAML.stringify(doc), { mode: 0o644 });
+        // As airlock-agent-key.service does at boot: the agent's key, staged for the runtime.
+        const keyTool = path.join(root, "usr/local/sbin/airlock-gateway-agent-key");
+        fs.writeFileSync(keyTool, moved(renderedFile(gateway, "/usr/local/sbin/airlock-gateway-agent-key")).replace("tee /dev/console", "cat"), { mode: 0o755 });
+        const keyStaged = run(keyTool, []);
+        expect(keyStaged.status, keyStaged.stderr).toBe(0);
 
         // Boot order: the runtime's env file is staged before its compose service starts.
         const staged = run(tool, ["stage"]);
@@ -198,7 +209,7 @@ describe.runIf(canRun)("airlock secrets push to the gateway over ssh", () => {
         expect(env).toContain(`ANTHROPIC_API_KEY=${first.ANTHROPIC_API_KEY}\n`);
         expect(env).toContain(`SLACK_BOT_TOKEN=${first.SLACK_BOT_TOKEN}\n`);
         expect(env).not.toContain("GITHUB_APP_PRIVATE_KEY");
-        expect(env).toContain(`AIRLOCK_TERMINAL_CONFIG=${moved(GATEWAY_AGENT_PATHS.terminal)}\n`);
+        expect(env).toContain("HERMES_HOME=/opt/data\n");
         const staged = fs.statSync(path.join(root, GATEWAY_AGENT_PATHS.runtimeEnv));
         expect([staged.uid, staged.mode & 0o777]).toEqual([0, 0o440]);
     });
@@ -211,12 +222,55 @@ describe.runIf(canRun)("airlock secrets push to the gateway over ssh", () => {
         expect([h.PidsLimit, h.Memory, h.NanoCpus, h.IpcMode, h.Init, h.Privileged]).toEqual([256, 3 * 1024 ** 3, 1.8e9, "private", true, false]);
         expect(h.PortBindings ?? {}).toEqual({});
         const mounts = Object.fromEntries(c.Mounts.map((m: any) => [m.Destination, m]));
-        const readOnly = [GATEWAY_AGENT_PATHS.terminal, GATEWAY_AGENT_PATHS.sshConfig, GATEWAY_AGENT_PATHS.knownHosts].map(moved).concat("/root/.ssh/id_ed25519");
+        const readOnly = [GATEWAY_AGENT_PATHS.sshConfig, GATEWAY_AGENT_PATHS.knownHosts].map(moved).concat(HERMES_RUNTIME.managedConfig, HERMES_RUNTIME.managedEnv, moved(RUNTIME_SSH_KEY), moved(GATEWAY_AGENT_PATHS.hermesPreflight));
         for (const target of readOnly) expect(mounts[target]?.RW, target).toBe(false);
+        // The agent's key, as the runtime's own user (the published image's hermes, uid 10000) reads it.
+        const key = dockerd!.docker(["exec", "--user", "10000:10000", "airlock-agent", "cat", moved(RUNTIME_SSH_KEY)]);
+        expect(key.stdout, key.stderr).toBe(fs.readFileSync(`/home/${AGENT}/.ssh/id_ed25519`, "utf8"));
+        // On the host, the staged copy is the agent's (through its group) and root's alone.
+        expect(run("runuser", ["-u", OPS, "--", "cat", moved(GATEWAY_AGENT_PATHS.runtimeSshKey)]).status).not.toBe(0);
         expect(mounts["/opt/data"]).toMatchObject({ Type: "volume", RW: true });
         // The named volume's data is the directory on the state filesystem.
         dockerd!.docker(["exec", "airlock-agent", "sh", "-c", "echo remembered > /opt/data/memory.txt"]);
         expect(fs.readFileSync(path.join(root, "var/lib/airlock/agent-state/agent-state/memory.txt"), "utf8")).toBe("remembered\n");
+    });
+
+    it("the agent's key is read as the agent: links it plants at its key or the public half give root's files to no one", () => {
+        const keyTool = path.join(root, "usr/local/sbin/airlock-gateway-agent-key");
+        const sshDir = `/home/${AGENT}/.ssh`;
+        const staged = path.join(root, GATEWAY_AGENT_PATHS.runtimeSshKey);
+        const before = fs.readFileSync(staged, "utf8");
+        const secretsFile = path.join(root, GATEWAY_AGENT_PATHS.secrets);
+        const secretValue = first.ANTHROPIC_API_KEY;
+        expect(fs.readFileSync(secretsFile, "utf8")).toContain(secretValue);
+        for (const name of ["id_ed25519", "id_ed25519.pub"]) fs.renameSync(path.join(sshDir, name), path.join(sshDir, `${name}.real`));
+        try {
+            // The agent (its own directory) points its public half at the root-only secrets file: the console gets nothing of it.
+            asAgent(["ln", "-s", secretsFile, path.join(sshDir, "id_ed25519.pub")]);
+            asAgent(["cp", path.join(sshDir, "id_ed25519.real"), path.join(sshDir, "id_ed25519")]);
+            const printed = run(keyTool, []);
+            expect(printed.stdout + printed.stderr).not.toContain(secretValue);
+            // ...and its private key: nothing is staged for the runtime, and the staged copy stays the key it was.
+            fs.rmSync(path.join(sshDir, "id_ed25519"));
+            asAgent(["ln", "-s", secretsFile, path.join(sshDir, "id_ed25519")]);
+            const refused = run(keyTool, []);
+            expect(refused.status).not.toBe(0);
+            expect(refused.stdout + refused.stderr).not.toContain(secretValue);
+            expect(fs.readFileSync(staged, "utf8")).toBe(before);
+            // ...or a FIFO nobody writes: the boot unit gives up on it instead of waiting forever.
+            fs.rmSync(path.join(sshDir, "id_ed25519"));
+            asAgent(["mkfifo", path.join(sshDir, "id_ed25519")]);
+            const fifo = run(keyTool, [], { timeout: 120_000 });
+            // It exits by itself (a process killed at the deadline has no status), refusing.
+            expect(fifo.error).toBeUndefined();
+            expect(typeof fifo.status === "number" && fifo.status !== 0).toBe(true);
+            expect(fs.readFileSync(staged, "utf8")).toBe(before);
+        } finally {
+            for (const name of ["id_ed25519", "id_ed25519.pub"]) {
+                fs.rmSync(path.join(sshDir, name), { force: true });
+                fs.renameSync(path.join(sshDir, `${name}.real`), path.join(sshDir, name));
+            }
+        }
     });
 
     it("an agent-user process on the gateway cannot read the secrets file, nor can the operator without sudo", () => {

@@ -14,6 +14,7 @@ import { publishedUserData } from "../twin/metadata";
 import { runDirOf } from "../twin/network";
 import { readState, start, stop } from "../twin/twin";
 import { substitutions } from "../twin/userdata";
+import { HERMES_VERSION } from "./helpers/hermes";
 import { editedStack, tempDir } from "./helpers/stacks";
 import { isRoot, toolsAvailable } from "./helpers/tools";
 
@@ -226,6 +227,38 @@ describe.runIf(canRun)("the twin", () => {
         const sftp = ssh(`sftp -o ControlPath=none -b - ${sandbox}`, "ls /");
         expect(sftp.code).not.toBe(0);
     }, 10 * MINUTE);
+
+    it("the gateway's agent runtime, Hermes through its own loader and ssh terminal, runs the agent's command in the sandbox and on its record, not on the gateway", async () => {
+        // The agent's rootless Docker (the same user on both hosts), as root there asks it.
+        const docker = `runuser -u ${cfg.agent.user} -- env XDG_RUNTIME_DIR=/run/user/${cfg.agent.uid} DOCKER_HOST=unix:///run/user/${cfg.agent.uid}/docker.sock docker`;
+        // Up, past its preflight (Python under emulation: give it time).
+        const passed = `airlock-hermes-preflight: Hermes ${HERMES_VERSION} runs every command over ssh as ${cfg.agent.user}@${cfg.hostnames.sandbox} in /workspace`;
+        let logs = "";
+        for (let i = 0; i < 60 && !logs.includes(passed); i++) {
+            logs = asRoot("gateway", `${docker} logs airlock-agent 2>&1 | tail -20`).stdout;
+            if (!logs.includes(passed)) await new Promise((r) => setTimeout(r, 10_000));
+        }
+        expect(logs).toContain(passed);
+        expect(asRoot("gateway", `${docker} inspect --format '{{.State.Running}}' airlock-agent`).stdout.trim()).toBe("true");
+
+        const marker = `hermes-${crypto.randomBytes(6).toString("hex")}`;
+        const drive = [
+            "import json, hermes_cli.main, cli",
+            "from tools.terminal_tool import terminal_tool",
+            `print(terminal_tool(command=${JSON.stringify(`echo ${marker} > ${marker}.txt && cat ${marker}.txt && pwd`)}))`,
+        ].join("\n");
+        const ran = asRoot("gateway", `${docker} exec --user hermes airlock-agent python3 -c ${shq(drive)}`, 10 * MINUTE);
+        expect(ran.code, ran.stderr).toBe(0);
+        const result = JSON.parse(ran.stdout.trim().split("\n").at(-1)!);
+        expect(result).toMatchObject({ exit_code: 0, output: `${marker}\n/workspace` });
+        // In the sandbox's shell, not in the runtime's container.
+        expect(asRoot("sandbox", `${docker} exec agent-sandbox-shell cat /workspace/${marker}.txt`).stdout.trim()).toBe(marker);
+        expect(asRoot("gateway", `${docker} exec airlock-agent sh -c 'ls /workspace/${marker}.txt /opt/data/${marker}.txt /tmp/${marker}.txt 2>/dev/null | wc -l'`).stdout.trim()).toBe("0");
+        // On the sandbox's record, from the gateway's tailnet address.
+        const records = asRoot("sandbox", `grep -F ${shq(`echo ${marker} >`)} /var/lib/airlock/record/record.jsonl`).stdout.trim().split("\n").filter(Boolean).map((line) => JSON.parse(line));
+        expect(records.filter((r) => r.kind === "begin")).toHaveLength(1);
+        expect(records[0].session.split(":")[0]).toBe(tailnetIp("gateway"));
+    }, 20 * MINUTE);
 
     it("as the agent: no metadata service (IPv4, IPv6), DNS only to the gateway's resolver (which logs it), no other gateway port, no Docker socket, nothing planted runs", () => {
         // Positive control: root on the sandbox does reach the metadata service.

@@ -8,7 +8,9 @@ import { planStack } from "../cli/offline";
 import { writePlan } from "../cli/plan";
 import { ConfigError, configFromPulumiRuntime, readStackFile } from "../components/config/load";
 import { COMPOSE_TEMPLATE_PATH, RenderedHost } from "../components/render/hosts";
-import { AGENT_STATE_MOUNT, GATEWAY_AGENT_PATHS } from "../components/workloads/compose";
+import { AGENT_STATE_MOUNT, GATEWAY_AGENT_PATHS, RUNTIME_PATH, RUNTIME_SSH_KEY } from "../components/workloads/compose";
+import { HERMES_RUNTIME } from "../policies/contract";
+import { readmeSample } from "./helpers/readme";
 import { deployedValues, editedStack, renderedFile, renderHosts, tempDir } from "./helpers/stacks";
 
 /**
@@ -51,9 +53,9 @@ function testSecrets() {
 }
 
 describe("airlock:gateway.agent", () => {
-    it("applies the defaults in one place: state on a 10 GB filesystem at /data, no memory database, no secrets", () => {
+    it("applies the defaults in one place: state (Hermes's HERMES_HOME) on a 10 GB filesystem at /opt/data, no memory database, no secrets", () => {
         const cfg = readStackFile(editedStack("dev", (c) => (c["airlock:gateway"].agent = { image: "registry.example/agent:1.0" })));
-        expect(cfg.gateway.agent).toMatchObject({ statePath: "/data", stateGb: 10, memoryDb: { enabled: false, image: "pgvector/pgvector:pg15", drillTables: [] }, secrets: [] });
+        expect(cfg.gateway.agent).toMatchObject({ statePath: "/opt/data", stateGb: 10, memoryDb: { enabled: false, image: "pgvector/pgvector:pg15", drillTables: [] }, secrets: [] });
     });
 
     it("keeps only the NAMES of secrets, whether the stack file's ciphertext or Pulumi's decrypted value", () => {
@@ -75,7 +77,7 @@ describe("airlock:gateway.agent", () => {
         ["a secret that changes how programs run", withRuntime((c) => (c["airlock:gateway"].agent.secrets = { LD_PRELOAD: { secure: "v1:AAAA" } })), "airlock:gateway.agent.secrets.LD_PRELOAD: this variable changes how programs run and may never be passed through, got the string \"LD_PRELOAD\""],
         ["a secret-looking value in plain environment", withRuntime((c) => (c["airlock:gateway"].agent.environment = { OPENAI_API_KEY: ["sk", "proj", "Zx81kQ0aLm2Nb7Vc4Xd9"].join("-") })), "airlock:gateway.agent.environment.OPENAI_API_KEY: looks like a secret, and environment is rendered into user_data: pulumi config set --secret --path 'airlock:gateway.agent.secrets.OPENAI_API_KEY' instead"],
         ["an unpinned image without resolveDigests", withRuntime((c) => (c["airlock:workloads"].resolveDigests = false)), "airlock:gateway.agent.image: registry.example/agent:1.0 is not pinned: write registry.example/agent:1.0@sha256:<digest>, or set airlock:workloads.resolveDigests: true"],
-        ["a relative state path", withRuntime((c) => (c["airlock:gateway"].agent.statePath = "data")), "airlock:gateway.agent.statePath: expected an absolute path like /data, got the string \"data\""],
+        ["a relative state path", withRuntime((c) => (c["airlock:gateway"].agent.statePath = "data")), "airlock:gateway.agent.statePath: expected an absolute path like /opt/data, got the string \"data\""],
         ["a drill table that is not a table name", withRuntime((c) => (c["airlock:gateway"].agent.memoryDb = { enabled: true, drillTables: ["peers; DROP TABLE x"] })), "airlock:gateway.agent.memoryDb.drillTables[0]: expected a table name like messages or memory.peers, got the string \"peers; DROP TABLE x\""],
     ])("refuses %s with one line naming the key", (_, edit, expected) => {
         expect(problemsOf(edit)).toContain(expected);
@@ -159,40 +161,58 @@ describe("the runtime in the gateway's compose", () => {
         expect(renderedFile(full, "/usr/local/sbin/airlock-agent-state")).toContain("readonly VOLUMES=(agent-state agent-memory)");
     });
 
-    it("reaches the sandbox only through the pinned ssh config, read-only; secrets come from the staged env file", () => {
+    it("reaches the sandbox only through Hermes's managed scope and the pinned ssh config, read-only; secrets come from the staged env file", () => {
         expect(services.agent.volumes).toEqual(
             expect.arrayContaining([
-                `${GATEWAY_AGENT_PATHS.terminal}:${GATEWAY_AGENT_PATHS.terminal}:ro`,
+                `${GATEWAY_AGENT_PATHS.hermesConfig}:${HERMES_RUNTIME.managedConfig}:ro`,
+                `${GATEWAY_AGENT_PATHS.hermesEnv}:${HERMES_RUNTIME.managedEnv}:ro`,
+                `${GATEWAY_AGENT_PATHS.hermesPreflight}:${GATEWAY_AGENT_PATHS.hermesPreflight}:ro`,
                 `${GATEWAY_AGENT_PATHS.sshConfig}:${GATEWAY_AGENT_PATHS.sshConfig}:ro`,
                 `${GATEWAY_AGENT_PATHS.knownHosts}:${GATEWAY_AGENT_PATHS.knownHosts}:ro`,
-                "/home/agent/.ssh/id_ed25519:/root/.ssh/id_ed25519:ro",
+                `${GATEWAY_AGENT_PATHS.runtimeSshKey}:${RUNTIME_SSH_KEY}:ro`,
                 `${GATEWAY_AGENT_PATHS.githubTokenSocket}:${GATEWAY_AGENT_PATHS.githubTokenSocket}`,
             ]),
         );
-        expect(renderedFile(full, GATEWAY_AGENT_PATHS.terminal)).toMatch(/backend: ssh[\s\S]*hostname: airlock-dev-sandbox/);
+        // Nothing of the agent's home: its key reaches the runtime only as the staged copy.
+        expect(services.agent.volumes.filter((v: string) => v.startsWith("/home/"))).toEqual([]);
+        const managed = YAML.parse(renderedFile(full, GATEWAY_AGENT_PATHS.hermesConfig)).terminal;
+        expect(managed).toMatchObject({ backend: "ssh", ssh_host: "sandbox", ssh_user: "agent", ssh_port: 22, ssh_key: RUNTIME_SSH_KEY, cwd: "/workspace", credential_files: [] });
+        expect(renderedFile(full, GATEWAY_AGENT_PATHS.hermesEnv)).toMatch(/^TERMINAL_ENV=ssh$/m);
         expect(services.agent.env_file).toEqual([GATEWAY_AGENT_PATHS.runtimeEnv]);
-        expect(services.agent.environment).toEqual({ HERMES_LOG_LEVEL: "info", AIRLOCK_TERMINAL_CONFIG: GATEWAY_AGENT_PATHS.terminal, AIRLOCK_GITHUB_TOKEN_SOCKET: GATEWAY_AGENT_PATHS.githubTokenSocket });
+        // Its PATH without the state volume's .local/bin (the published image puts that before /usr/bin).
+        expect(services.agent.environment).toEqual({ HERMES_LOG_LEVEL: "info", HERMES_HOME: "/opt/data", PATH: RUNTIME_PATH, AIRLOCK_GITHUB_TOKEN_SOCKET: GATEWAY_AGENT_PATHS.githubTokenSocket });
+        expect(RUNTIME_PATH.split(":")).not.toContainEqual(expect.stringMatching(/^\/opt\/data/));
+        // Hermes's own .env in its state volume is airlock's file, read-only.
+        expect(services.agent.volumes).toContain(`${GATEWAY_AGENT_PATHS.hermesUserEnv}:/opt/data/.env:ro`);
+        // The README shows the file as rendered for dev.
+        expect(readmeSample("hermes-config")).toBe(renderedFile(gatewayOf(() => {}), GATEWAY_AGENT_PATHS.hermesConfig));
+        // Every start goes through the preflight, whatever the stack runs.
+        expect(services.agent.command).toEqual([GATEWAY_AGENT_PATHS.hermesPreflight, "hermes", "gateway", "run"]);
+        expect(composeOf(gatewayOf(withRuntime((c) => (c["airlock:gateway"].agent.command = ["hermes", "serve"])))).services.agent.command).toEqual([GATEWAY_AGENT_PATHS.hermesPreflight, "hermes", "serve"]);
     });
 
     it("stages its secrets and mounts its filesystem before the compose file is checked and the agent's user manager starts", () => {
         const cloudInit = YAML.parse(full.cloudInit);
         const runcmd = cloudInit.runcmd.map((c: string[]) => c.join(" "));
-        const first = runcmd.indexOf("systemctl enable --now airlock-agent-state.service airlock-agent-secrets.service airlock-github-token.socket airlock-github-token-revoke.timer");
+        const first = runcmd.indexOf("systemctl enable --now airlock-agent-state.service airlock-agent-secrets.service airlock-agent-key.service airlock-github-token.socket airlock-github-token-revoke.timer");
         expect(first).toBeGreaterThan(-1);
         expect(first).toBeLessThan(runcmd.indexOf("systemctl enable --now airlock-tailnet-config.service"));
         expect(renderedFile(full, "/etc/systemd/system/airlock-agent-secrets.service")).toContain("Before=airlock-tailnet-config.service user@1500.service");
         expect(renderedFile(full, "/etc/systemd/system/airlock-agent-state.service")).toContain("Before=user@1500.service");
+        expect(renderedFile(full, "/etc/systemd/system/airlock-agent-key.service")).toContain("Before=airlock-tailnet-config.service user@1500.service");
         // Ordered, not required: a runtime that cannot start must not take AdGuard (the sandbox's DNS) down with it.
-        expect(renderedFile(full, "/etc/systemd/system/user@1500.service.d/10-airlock.conf")).not.toMatch(/airlock-agent-(state|secrets)/);
+        expect(renderedFile(full, "/etc/systemd/system/user@1500.service.d/10-airlock.conf")).not.toMatch(/airlock-agent-(state|secrets|key)/);
         // First boot reports them when they fail.
-        expect(renderedFile(full, "/usr/local/sbin/airlock-boot-check")).toMatch(/airlock-agent-state\.service airlock-agent-secrets\.service airlock-github-token\.socket/);
+        expect(renderedFile(full, "/usr/local/sbin/airlock-boot-check")).toMatch(/airlock-agent-state\.service airlock-agent-secrets\.service airlock-agent-key\.service airlock-github-token\.socket/);
         expect(renderedFile(full, "/etc/systemd/system/airlock-tailnet-config.service")).not.toMatch(/airlock-agent-(state|secrets)/);
     });
 
     it("a stack without a runtime renders none of it", () => {
         const host = gatewayOf((c) => delete c["airlock:gateway"].agent);
         expect(Object.keys(composeOf(host).services)).toEqual(["adguard"]);
-        expect(host.files.filter((f) => /agent-(secrets|state)|github/.test(f.path))).toEqual([]);
+        expect(host.files.filter((f) => /airlock-agent-(secrets|state|key)\.|github|hermes/.test(f.path))).toEqual([]);
+        // The agent's own key still: the gateway pulls the record and backs up the sandbox with it.
+        expect(renderedFile(host, "/usr/local/sbin/airlock-gateway-agent-key")).toContain('readonly RUNTIME_KEY=""');
     });
 });
 

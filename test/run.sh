@@ -24,6 +24,7 @@ readonly PACKAGES=(
 	ssh-audit                     # the rendered sshd and ssh configs offer no weak algorithm
 	bubblewrap jq                 # the drill's confinement; its snapshot lists; the README's CI line
 	python3 pyflakes3 socat       # the broker, the audit tool, the secrets and token tools (python3), their lint; the broker client
+	python3-pip                   # the Hermes image's wheels, downloaded by hash (twin/images.ts)
 	dnsmasq-base bind9-dnsutils   # the allowlist resolver stand-in and its fake upstream; dig
 	pre-commit git                # the pre-commit hook, run by the real pre-commit; git in the checkpoint tests' shell image
 	btrfs-progs e2fsprogs         # checkpoints: btrfs on a loop device, ext4 for the migration path

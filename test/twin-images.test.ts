@@ -235,7 +235,7 @@ describe.runIf(canRun)("the twin's images and registry", () => {
     });
 
     it("the gateway compose runs the resolver stand-in, which answers, blocks and logs every query in AdGuard's format", () => {
-        // The gateway's rendered files (ssh config, terminal config...) under a root of the test's own.
+        // The gateway's rendered files (ssh config, Hermes's managed files...) under a root of the test's own.
         installFiles(renderHosts(prod).gateway, root);
         const data = path.join(root, adguardDataDir(prod));
         fs.mkdirSync(path.join(data, "conf"), { recursive: true });
@@ -295,7 +295,13 @@ describe.runIf(canRun)("the twin's images and registry", () => {
         expect(seen.filter((q) => q.client !== TAILNET)).toEqual([]);
         expect(Math.abs(log.queries.at(-1)!.time.getTime() - Date.now())).toBeLessThan(120_000);
 
-        // The agent runtime stand-in: up, with Debian's ssh client reading the mounted sandbox config.
+        // The agent runtime (Hermes from PyPI): past its preflight, up, its ssh client reading the mounted sandbox config.
+        let said = "";
+        for (let i = 0; i < 120 && !/airlock-hermes-preflight: /.test(said); i++) {
+            run("sleep", ["1"]);
+            said = dockerd!.docker(["logs", "airlock-agent"]).stderr;
+        }
+        expect(said).toMatch(/airlock-hermes-preflight: Hermes \S+ runs every command over ssh/);
         expect(dockerd!.docker(["inspect", "--format", "{{.State.Running}}", "airlock-agent"]).stdout.trim()).toBe("true");
         const ssh = exec("airlock-agent", "ssh -G sandbox | grep -E '^(user|stricthostkeychecking|identitiesonly) '");
         expect(ssh.stdout.split("\n").filter(Boolean).sort(), ssh.stderr).toEqual(["identitiesonly yes", "stricthostkeychecking true", `user ${prod.agent.user}`]);

@@ -20,11 +20,19 @@ import { TWIN_CACHE_DIR } from "./contract";
 export type Log = (line: string) => void;
 
 /** Which recipe under twin/images/ (or the product's sandbox-shell) builds an image. */
-export type Recipe = "debian" | "shell" | "browser" | "resolver" | "postgres" | "redis" | "agent";
+export type Recipe = "debian" | "trixie" | "shell" | "browser" | "resolver" | "postgres" | "redis" | "agent";
+
+/** The recipes made by mmdebstrap (each a Debian suite's slim image), and the image each other recipe is built FROM. */
+const DEBIAN_SUITES = { debian: "bookworm", trixie: "trixie" } as const;
+type BaseRecipe = keyof typeof DEBIAN_SUITES;
+const isBase = (recipe: Recipe): recipe is BaseRecipe => recipe in DEBIAN_SUITES;
+/** The agent runtime's stand-in is Hermes on Debian 13, as the published image is; the rest are on bookworm. */
+const baseOf = (recipe: Exclude<Recipe, BaseRecipe>): BaseRecipe => (recipe === "agent" ? "trixie" : "debian");
 
 const RECIPES_DIR = path.join(__dirname, "images");
 const RECIPE_CONTEXT: Record<Recipe, string> = {
     debian: path.join(RECIPES_DIR, "debian"),
+    trixie: path.join(RECIPES_DIR, "trixie"),
     shell: path.join(TEMPLATES_DIR, "images", "sandbox-shell"),
     browser: path.join(RECIPES_DIR, "browser"),
     resolver: path.join(RECIPES_DIR, "resolver"),
@@ -189,17 +197,18 @@ interface BuiltRecipe {
 /** The reference each layout holds its image under. */
 export const LAYOUT_REF = "image";
 
-/** mmdebstrap's arguments for the debian:bookworm-slim stand-in (the sources come from debian/sources.list). */
-function debianArgs(context: string): string[] {
+/** mmdebstrap's arguments for a base recipe's slim image (its sources come from its sources.list; the slim settings from debian/). */
+function debianArgs(recipe: BaseRecipe): string[] {
+    const settings = RECIPE_CONTEXT.debian;
     return [
         "--variant=minbase",
         "--quiet",
         // merged /usr without the usrmerge package (and the perl it pulls in), as Debian's image has it.
         "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
         // One option per line: mmdebstrap honours path-exclude while it extracts the essential set only when given so.
-        ...settingLines(path.join(context, "dpkg-slim")).map((line) => `--dpkgopt=${line.replace(/^(\S+)\s+/, "$1=")}`),
-        `--aptopt=${path.join(context, "apt-docker-clean")}`,
-        "bookworm",
+        ...settingLines(path.join(settings, "dpkg-slim")).map((line) => `--dpkgopt=${line.replace(/^(\S+)\s+/, "$1=")}`),
+        `--aptopt=${path.join(settings, "apt-docker-clean")}`,
+        DEBIAN_SUITES[recipe],
     ];
 }
 
@@ -227,15 +236,17 @@ function hashDirectory(hash: crypto.Hash, dir: string): void {
     }
 }
 
-/** The cache key of a recipe: its files, how it is built, and (for all but debian) the debian stand-in's key. */
+/** The cache key of a recipe: its files, how it is built, and (for all but the bases) its base's key. */
 export function recipeKey(recipe: Recipe): string {
     const hash = crypto.createHash("sha256");
     hash.update(`airlock-twin-image ${recipe}\n`);
     hashDirectory(hash, RECIPE_CONTEXT[recipe]);
-    const context = RECIPE_CONTEXT.debian;
     // The arguments without where this checkout is: every worktree shares the cache.
-    if (recipe === "debian") hash.update(JSON.stringify([debianArgs(context).map((arg) => arg.replaceAll(context, "")), sources(context)]));
-    else hash.update(JSON.stringify(BUILDAH_BUILD) + recipeKey("debian"));
+    if (isBase(recipe)) {
+        const settings = RECIPE_CONTEXT.debian;
+        if (recipe !== "debian") hashDirectory(hash, settings);
+        hash.update(JSON.stringify([debianArgs(recipe).map((arg) => arg.replaceAll(settings, "")), sources(RECIPE_CONTEXT[recipe])]));
+    } else hash.update(JSON.stringify(BUILDAH_BUILD) + recipeKey(baseOf(recipe)));
     return hash.digest("hex").slice(0, 16);
 }
 
@@ -267,7 +278,7 @@ async function buildRecipeUncached(recipe: Recipe, log: Log, cacheDir: string): 
         log(`images: ${recipe} from the cache (${path.basename(final)})`);
         return cached;
     }
-    const base = recipe === "debian" ? undefined : await buildRecipe("debian", log, cacheDir);
+    const base = isBase(recipe) ? undefined : await buildRecipe(baseOf(recipe), log, cacheDir);
     fs.mkdirSync(imagesDir, { recursive: true });
     const staging = fs.mkdtempSync(path.join(imagesDir, `.build-${recipe}-`));
     const buildLog = path.join(staging, "build.log");
@@ -276,16 +287,25 @@ async function buildRecipeUncached(recipe: Recipe, log: Log, cacheDir: string): 
     const buildah = (args: string[]) => runLogged("buildah", ["--root", path.join(staging, "storage"), "--runroot", path.join(staging, "run"), "--storage-driver", "overlay", ...args], buildLog);
     try {
         let context = RECIPE_CONTEXT[recipe];
-        if (recipe === "debian") {
+        if (isBase(recipe)) {
             // The Dockerfile adds rootfs.tar: a context of its own holds both.
             context = path.join(staging, "context");
             fs.mkdirSync(context);
-            fs.copyFileSync(path.join(RECIPE_CONTEXT.debian, "Dockerfile"), path.join(context, "Dockerfile"));
-            await runLogged("mmdebstrap", [...debianArgs(RECIPE_CONTEXT.debian), path.join(context, "rootfs.tar"), ...sources(RECIPE_CONTEXT.debian)], buildLog);
+            fs.copyFileSync(path.join(RECIPE_CONTEXT[recipe], "Dockerfile"), path.join(context, "Dockerfile"));
+            await runLogged("mmdebstrap", [...debianArgs(recipe), path.join(context, "rootfs.tar"), ...sources(RECIPE_CONTEXT[recipe])], buildLog);
         } else {
-            // FROM debian:bookworm-slim finds the stand-in in this build's own storage.
+            if (fs.existsSync(path.join(context, PYTHON_REQUIREMENTS))) {
+                // The recipe's Python packages, downloaded here (the build has no certificate for a
+                // proxy between it and PyPI); the build installs them by their pinned hashes.
+                const wheels = await pythonWheels(path.join(context, PYTHON_REQUIREMENTS), cacheDir, buildLog);
+                const copy = path.join(staging, "context");
+                fs.cpSync(context, copy, { recursive: true });
+                fs.cpSync(wheels, path.join(copy, "wheels"), { recursive: true });
+                context = copy;
+            }
+            // FROM debian:<suite>-slim finds the stand-in in this build's own storage.
             const id = (await buildah(["pull", "--quiet", `oci:${base!.layout}:${LAYOUT_REF}`])).trim().split("\n").pop()!;
-            await buildah(["tag", id, "docker.io/library/debian:bookworm-slim"]);
+            await buildah(["tag", id, `docker.io/library/debian:${DEBIAN_SUITES[baseOf(recipe)]}-slim`]);
         }
         await buildah([...BUILDAH_BUILD, "--tag", `localhost/airlock-twin/${recipe}`, context]);
         const layout = path.join(staging, "oci");
@@ -312,6 +332,39 @@ async function buildRecipeUncached(recipe: Recipe, log: Log, cacheDir: string): 
         runLogged("buildah", ["--root", path.join(staging, "storage"), "--runroot", path.join(staging, "run"), "rm", "--all"], "/dev/null").catch(() => undefined);
         throw new Error(`twin image ${recipe}: ${(err as Error).message}\n${tail}\n(build left in ${staging})`);
     }
+}
+
+/** A recipe's pinned Python packages (pip's --require-hashes file), installed by its Dockerfile from wheels/. */
+const PYTHON_REQUIREMENTS = "requirements.txt";
+/** The Python the recipes' images install them for: Debian 13's python3 (what the agent's stand-in runs Hermes on). */
+const WHEELS_FOR = ["--implementation", "cp", "--python-version", "3.13", "--abi", "cp313", "--abi", "abi3", "--abi", "none"];
+const WHEEL_PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64", "linux_x86_64", "any"];
+
+/**
+ * Every package of a requirements file as a wheel for WHEELS_FOR, downloaded once by
+ * this machine's pip (checking each against its pinned hash) and kept under the
+ * cache, keyed by the file's content.
+ */
+async function pythonWheels(requirements: string, cacheDir: string, buildLog: string): Promise<string> {
+    const key = crypto.createHash("sha256").update(fs.readFileSync(requirements)).update(JSON.stringify([WHEELS_FOR, WHEEL_PLATFORMS])).digest("hex").slice(0, 16);
+    const dir = path.join(cacheDir, "wheels", key);
+    if (fs.existsSync(dir)) return dir;
+    fs.mkdirSync(path.dirname(dir), { recursive: true });
+    const staging = fs.mkdtempSync(`${dir}.download-`);
+    try {
+        await runLogged(
+            "python3",
+            ["-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps", "--require-hashes", "--only-binary=:all:", ...WHEELS_FOR, ...WHEEL_PLATFORMS.flatMap((p) => ["--platform", p]), "--dest", staging, "--requirement", requirements],
+            buildLog,
+            // Only the index: a machine's own find-links would offer files from elsewhere.
+            { ...process.env, PIP_FIND_LINKS: "", PIP_NO_INPUT: "1" },
+        );
+        fs.renameSync(staging, dir);
+    } catch (err) {
+        fs.rmSync(staging, { recursive: true, force: true });
+        throw err;
+    }
+    return dir;
 }
 
 /** Other builds of the recipe (from older inputs) unused for a day: another checkout may still use a newer one. */

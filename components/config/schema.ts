@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { DEFAULT_AGENT_USER, ENV_NAME, FORBIDDEN_ENV } from "../../policies/contract";
+import { DEFAULT_AGENT_USER, ENV_NAME, FORBIDDEN_ENV, RUNTIME_PINNED_ENV } from "../../policies/contract";
 import { findSecrets } from "../../policies/engine/secrets";
 import { GITHUB_HIGH_IMPACT, GITHUB_REPOSITORY_PERMISSIONS, highImpactEntry, scopeListed } from "./automation";
 
@@ -90,7 +90,14 @@ const serviceOverrides = {
 const userService = z.strictObject({
     name: z.string().regex(/^[a-z][a-z0-9-]{0,40}$/),
     image,
-    command: z.array(z.string()).optional(),
+    /** What the runtime runs (default DEFAULT_RUNTIME_COMMAND: hermes gateway run), started through airlock's preflight. */
+    command: z
+        .array(z.string().min(1))
+        .min(1)
+        .refine((command) => command[0] === "hermes", {
+            message: "must start with hermes (the preflight checks Hermes's configuration, then runs exactly this: a shell or env in front could change it)",
+        })
+        .optional(),
     environment: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/), z.string()).optional(),
     volumes: z.array(z.string()).optional(),
     ports: z.array(z.string()).optional(),
@@ -153,26 +160,36 @@ const workloads = z
  * its decrypted value inside a Pulumi run. Only the NAME is kept: no value ever
  * reaches a component, a rendered file or the plan (`airlock secrets push` delivers them).
  */
+/** A variable of the runtime's own: never one that changes how programs run, nor one that moves its terminal. */
+const runtimeVariable = envName.refine((name) => !RUNTIME_PINNED_ENV.test(name), {
+    message: "airlock sets this variable (the runtime's terminal is pinned to the sandbox) and a stack may not",
+});
+
 const stackSecrets = z
-    .record(envName, z.union([z.strictObject({ secure: z.string().min(1) }), z.string().min(1)]))
+    .record(runtimeVariable, z.union([z.strictObject({ secure: z.string().min(1) }), z.string().min(1)]))
     .default({})
     .transform((secrets) => Object.keys(secrets).sort());
 
 /** table or schema.table, as the drills' SQL names it. */
 const tableName = z.string().regex(/^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$/, "expected a table name like messages or memory.peers");
 
-const variableName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "expected a variable name");
-
 /** The agent's runtime on the gateway: one hardened service of the gateway's compose. */
 const agentRuntime = z.strictObject({
     image,
-    command: z.array(z.string()).optional(),
+    /** What the runtime runs (default DEFAULT_RUNTIME_COMMAND: hermes gateway run), started through airlock's preflight. */
+    command: z
+        .array(z.string().min(1))
+        .min(1)
+        .refine((command) => command[0] === "hermes", {
+            message: "must start with hermes (the preflight checks Hermes's configuration, then runs exactly this: a shell or env in front could change it)",
+        })
+        .optional(),
     /** Plain settings only (rendered into user_data); secrets go in `secrets`. */
-    environment: z.record(variableName, z.string()).optional(),
+    environment: z.record(runtimeVariable, z.string()).optional(),
     /** Names of the runtime's secrets; their values are delivered at run time by `airlock secrets push`. */
     secrets: stackSecrets,
-    /** Where the image keeps its state (memory, skills, sessions); a named volume is mounted there. */
-    statePath: z.string().regex(/^\/[\w.-]+(\/[\w.-]+)*$/, "expected an absolute path like /data").default("/data"),
+    /** Where the image keeps its state (memory, skills, sessions; Hermes's HERMES_HOME); a named volume is mounted there. */
+    statePath: z.string().regex(/^\/[\w.-]+(\/[\w.-]+)*$/, "expected an absolute path like /opt/data").default("/opt/data"),
     /** Size of the filesystem holding the runtime's volumes (state, memory database): a runaway agent cannot fill the gateway's disk. */
     stateGb: z.number().int().min(1).max(500).default(10),
     /** Publish this port on 127.0.0.1 only (a local UI or API, reached through an ssh tunnel); nothing is published otherwise. */

@@ -1,5 +1,6 @@
+import * as path from "node:path";
 import * as YAML from "yaml";
-import { TAILNET_AUTH_KEY_PATH, TAILNET_AUTH_KEY_PLACEHOLDER } from "../../policies/contract";
+import { HERMES_RUNTIME, RUNTIME_PINNED_ENV, TAILNET_AUTH_KEY_PATH, TAILNET_AUTH_KEY_PLACEHOLDER } from "../../policies/contract";
 import { AGENT_SUBORDINATE_IDS, FORBIDDEN_ENV, type StackConfig } from "../config/schema";
 import { GITHUB_APP_KEY_SECRET, GITHUB_REPOSITORY_PERMISSIONS } from "../config/automation";
 import {
@@ -18,6 +19,7 @@ import {
     renderSandboxCompose,
     ResolvedImages,
     RESOLVER_PUBLISHED_PORT,
+    RUNTIME_SSH_KEY,
 } from "../workloads/compose";
 import { CHECKPOINT_ENGINE_PATH, checkpointFiles } from "./checkpoints";
 import { renderSandboxSeccompProfile, SANDBOX_SECCOMP_PROFILE_PATH } from "./seccomp";
@@ -75,6 +77,8 @@ export const EGRESS_RULES_PATH = "/etc/airlock/egress.nft";
 export const BROKER_PATH = "/usr/local/libexec/airlock/broker";
 export const BROKER_CLIENT_PATH = "/usr/local/libexec/airlock/broker-client.bash";
 export const BROKER_SOCKET_PATH = "/run/airlock/broker.sock";
+/** What the wrapper knows of the agent runtime's own commands (its frames, its copy back), sourced beside it. */
+export const HERMES_CLIENT_PATH = "/usr/local/libexec/airlock/hermes-client.bash";
 
 const script = (path: string, template: string, vars: Record<string, string> = {}): HostFile => ({
     path,
@@ -212,6 +216,7 @@ export function renderSandbox(cfg: StackConfig, images: ResolvedImages): Rendere
         script(SANDBOX_WRAPPER_PATH, "scripts/sandbox-shell", {
             envAllowlist: cfg.agent.envAllowlist.join(" "),
         }),
+        config(HERMES_CLIENT_PATH, "scripts/hermes-client.bash"),
         script("/usr/local/sbin/airlock-agent-home", "scripts/agent-home", { agentUser: user }),
         bootCheck(cfg, ["ssh.service", EGRESS_UNIT, "airlock-broker.socket", "airlock-workspace.service", "airlock-checkpoints.timer", `user@${cfg.agent.uid}.service`]),
         ...brokerFiles(cfg),
@@ -279,6 +284,7 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
             permissions: "0644",
         },
         config(SANDBOX_SSH_CONFIG_PATH, "ssh/sandbox.ssh_config", {
+            sshAlias: SANDBOX_SSH_ALIAS,
             sandboxHost: cfg.hostnames.sandbox,
             agentUser: user,
             sendEnv: cfg.agent.envAllowlist.join(" "),
@@ -290,14 +296,7 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
             content: `${cfg.hostnames.sandbox} ${SANDBOX_HOST_PUBLIC_KEY_PLACEHOLDER}\n`,
             permissions: "0644",
         },
-        config("/etc/airlock/agent/terminal.yaml", "agent/terminal.yaml", {
-            sandboxHost: cfg.hostnames.sandbox,
-            agentUser: user,
-            envPassthrough: JSON.stringify(cfg.agent.envAllowlist),
-            autoCheckpoint: String(cfg.sandbox.checkpoints.auto),
-            sessions: cfg.sandbox.sessions.mode,
-        }),
-        script("/usr/local/sbin/airlock-gateway-agent-key", "scripts/gateway-agent-key", { agentUser: user }),
+        script("/usr/local/sbin/airlock-gateway-agent-key", "scripts/gateway-agent-key", { agentUser: user, runtimeKey: cfg.gateway.agent ? GATEWAY_AGENT_PATHS.runtimeSshKey : "" }),
         { path: "/etc/airlock/adguard/AdGuardHome.yaml", content: renderAdguardConfig(cfg), permissions: "0644" },
         ...agentRuntimeFiles(cfg),
         ...githubTokenFiles(cfg),
@@ -347,8 +346,11 @@ export function publishedPorts(compose: string): string[] {
 
 /** System units the agent runtime needs before the agent's user manager starts its rootless Docker. */
 function agentUnits(cfg: StackConfig): string[] {
-    return cfg.gateway.agent ? ["airlock-agent-state.service", "airlock-agent-secrets.service"] : [];
+    return cfg.gateway.agent ? ["airlock-agent-state.service", "airlock-agent-secrets.service", "airlock-agent-key.service"] : [];
 }
+
+/** Names no runtime variable may have (a regular expression for Python's re). */
+const RUNTIME_FORBIDDEN_ENV = `(?:${FORBIDDEN_ENV.source})|(?:${RUNTIME_PINNED_ENV.source})`;
 
 /** As the JSON literal a Python script reads (JSON strings and lists are Python literals). */
 const py = (value: unknown) => JSON.stringify(value);
@@ -368,14 +370,40 @@ function agentRuntimeFiles(cfg: StackConfig): HostFile[] {
         "/usr/bin/docker-compose", "--project-name", "airlock", "--file", "/etc/airlock/compose.yml", "up", "--detach", "--no-deps", "--force-recreate", AGENT_SERVICE,
     ];
     const volumes = [AGENT_STATE_VOLUME, ...(runtime.memoryDb.enabled ? [AGENT_MEMORY_VOLUME] : [])];
+    const terminal = { sshHost: SANDBOX_SSH_ALIAS, agentUser: user, sshKey: RUNTIME_SSH_KEY, timeout: String(RUNTIME_COMMAND_TIMEOUT_SECONDS) };
     return [
+        // Hermes's terminal, in its own format, where it reads it: its managed scope.
+        config(GATEWAY_AGENT_PATHS.hermesConfig, "agent/hermes-config.yaml", {
+            ...terminal,
+            envPassthrough: JSON.stringify(cfg.agent.envAllowlist),
+            autoCheckpoint: cfg.sandbox.checkpoints.auto ? "on" : "off",
+            sessions: cfg.sandbox.sessions.mode,
+        }),
+        config(GATEWAY_AGENT_PATHS.hermesEnv, "agent/hermes.env", terminal),
+        script(GATEWAY_AGENT_PATHS.hermesPreflight, "agent/hermes-preflight", {
+            expected: py(
+                JSON.stringify({
+                    host: SANDBOX_SSH_ALIAS,
+                    user,
+                    port: 22,
+                    key: RUNTIME_SSH_KEY,
+                    cwd: "/workspace",
+                    managedDir: path.posix.dirname(HERMES_RUNTIME.managedConfig),
+                    hostname: cfg.hostnames.sandbox,
+                    knownHosts: GATEWAY_KNOWN_HOSTS_PATH,
+                }),
+            ),
+            forbiddenNames: py(RUNTIME_FORBIDDEN_ENV),
+        }),
+        config(GATEWAY_AGENT_PATHS.hermesUserEnv, "agent/hermes-user.env"),
+        config("/etc/systemd/system/airlock-agent-key.service", "systemd/airlock-agent-key.service", { agentUid: String(cfg.agent.uid) }),
         script(GATEWAY_AGENT_PATHS.secretsTool, "agent/secrets", {
             secretsFile: py(GATEWAY_AGENT_PATHS.secrets),
             runtimeEnv: py(GATEWAY_AGENT_PATHS.runtimeEnv),
             agentUser: py(user),
             appKeySecret: py(GITHUB_APP_KEY_SECRET),
             restart: py(restart),
-            forbiddenNames: py(FORBIDDEN_ENV.source),
+            forbiddenNames: py(RUNTIME_FORBIDDEN_ENV),
         }),
         config("/etc/systemd/system/airlock-agent-secrets.service", "systemd/airlock-agent-secrets.service", { agentUid: String(cfg.agent.uid) }),
         script("/usr/local/sbin/airlock-agent-state", "scripts/agent-state", {
@@ -435,6 +463,10 @@ export const AUDIT_CONFIG_PATH = "/etc/airlock/audit.json";
 
 /** The gateway's ssh client settings for the sandbox (pinned host key, modern algorithms). */
 export const SANDBOX_SSH_CONFIG_PATH = "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf";
+/** The Host alias that config answers to (besides the sandbox's hostname): the runtime's terminal host. */
+export const SANDBOX_SSH_ALIAS = "sandbox";
+/** Hermes's per-command timeout, its own default. */
+const RUNTIME_COMMAND_TIMEOUT_SECONDS = 180;
 
 /**
  * How root's jobs on the gateway (backups, the record's pull) reach the sandbox: as the
@@ -444,7 +476,7 @@ export const SANDBOX_SSH_CONFIG_PATH = "/etc/ssh/ssh_config.d/20-airlock-sandbox
  * ControlMaster socket the agent user could have planted).
  */
 export function rootSandboxSsh(cfg: StackConfig): string[] {
-    return ["runuser", "-u", cfg.agent.user, "--", "ssh", "-F", SANDBOX_SSH_CONFIG_PATH, "-o", "ControlPath=none", "sandbox"];
+    return ["runuser", "-u", cfg.agent.user, "--", "ssh", "-F", SANDBOX_SSH_CONFIG_PATH, "-o", "ControlPath=none", SANDBOX_SSH_ALIAS];
 }
 
 /** The names of the backup timers the gateway enables. */

@@ -1,5 +1,5 @@
 import * as YAML from "yaml";
-import { TAILNET_IPV4_PLACEHOLDER } from "../../policies/contract";
+import { HERMES_RUNTIME, TAILNET_IPV4_PLACEHOLDER } from "../../policies/contract";
 import { AGENT_SUBORDINATE_IDS, type StackConfig } from "../config/schema";
 import { renderTemplate } from "../render/templates";
 
@@ -160,7 +160,15 @@ export const GATEWAY_AGENT_PATHS = {
     secrets: "/etc/airlock/agent/secrets.json",
     /** The runtime's share of the secrets, staged from the file above at boot and on every push (root:agent, 0440, tmpfs). */
     runtimeEnv: "/run/airlock-agent/runtime.env",
-    terminal: "/etc/airlock/agent/terminal.yaml",
+    /** The runtime's copy of the agent's ssh key, staged by airlock-gateway-agent-key (root, 0444 in that root:agent 0750 directory). */
+    runtimeSshKey: "/run/airlock-agent/id_ed25519",
+    /** Hermes's managed config and env (templates/agent/hermes-config.yaml, hermes.env), mounted over its managed scope. */
+    hermesConfig: "/etc/airlock/agent/hermes-config.yaml",
+    hermesEnv: "/etc/airlock/agent/hermes.env",
+    /** templates/agent/hermes-user.env: mounted read-only over the .env in Hermes's state volume. */
+    hermesUserEnv: "/etc/airlock/agent/hermes-user.env",
+    /** templates/agent/hermes-preflight, at the same path in the container. */
+    hermesPreflight: HERMES_RUNTIME.preflight,
     sshConfig: "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf",
     knownHosts: "/etc/airlock/known_hosts",
     githubConfig: "/etc/airlock/github.json",
@@ -170,6 +178,15 @@ export const GATEWAY_AGENT_PATHS = {
 
 /** The agent's own ssh key (generated on the gateway by airlock-gateway-agent-key). */
 export const agentSshKey = (cfg: StackConfig) => `/home/${cfg.agent.user}/.ssh/id_ed25519`;
+/** Where the runtime finds that key in its container (Hermes's terminal.ssh_key). */
+export const RUNTIME_SSH_KEY = "/etc/airlock/agent/id_ed25519";
+/**
+ * The runtime's PATH: the published image's, without its state volume's .local/bin
+ * (a program the runtime put there would run in place of the system's, ssh included).
+ */
+export const RUNTIME_PATH = "/opt/hermes/bin:/opt/hermes/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/** What the runtime runs when the stack names nothing else: Hermes's messaging gateway, in the foreground. */
+export const DEFAULT_RUNTIME_COMMAND = ["hermes", "gateway", "run"];
 
 /** Compose names of the runtime's services and volumes (project "airlock"). */
 export const AGENT_SERVICE = "agent";
@@ -200,23 +217,30 @@ function agentServices(cfg: StackConfig, images: ResolvedImages): { services: Re
     const agent: Service = {
         container_name: "airlock-agent",
         image: images.agent,
-        ...(runtime.command ? { command: runtime.command } : {}),
-        // The image's entrypoint may start as root to drop to its own user.
+        // Every start goes through the preflight: Hermes's own loader must say ssh to the sandbox.
+        command: [p.hermesPreflight, ...(runtime.command ?? DEFAULT_RUNTIME_COMMAND)],
+        // The image starts as root to drop to its own user (s6-setuidgid); no capability
+        // is added for the commands, which run on the sandbox, not here.
         cap_add: [...STARTUP_CAPABILITIES],
         environment: {
             ...runtime.environment,
-            AIRLOCK_TERMINAL_CONFIG: p.terminal,
+            HERMES_HOME: runtime.statePath,
+            PATH: RUNTIME_PATH,
             ...(github ? { AIRLOCK_GITHUB_TOKEN_SOCKET: p.githubTokenSocket } : {}),
         },
         // Secrets arrive at run time (airlock secrets push), never in this file.
         env_file: [p.runtimeEnv],
         volumes: [
             `${AGENT_STATE_VOLUME}:${runtime.statePath}`,
-            // The terminal backend: every command goes over the pinned ssh config to the sandbox.
-            readOnly(p.terminal),
+            // Hermes's own .env in that volume is airlock's, read-only: nothing the runtime writes sets a variable.
+            readOnly(p.hermesUserEnv, `${runtime.statePath}/.env`),
+            // The terminal: Hermes's managed scope says ssh to the sandbox, over the pinned ssh config.
+            readOnly(p.hermesConfig, HERMES_RUNTIME.managedConfig),
+            readOnly(p.hermesEnv, HERMES_RUNTIME.managedEnv),
+            readOnly(p.hermesPreflight),
             readOnly(p.sshConfig),
             readOnly(p.knownHosts),
-            readOnly(agentSshKey(cfg), "/root/.ssh/id_ed25519"),
+            readOnly(p.runtimeSshKey, RUNTIME_SSH_KEY),
             // Per-task GitHub tokens from the root-side minter; the App key stays outside.
             ...(github ? [`${p.githubTokenSocket}:${p.githubTokenSocket}`, readOnly(p.githubTokenClient)] : []),
         ],

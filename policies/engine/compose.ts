@@ -112,7 +112,8 @@ function mergeService(base: Record<string, any>, override: Record<string, any>):
  * Parses compose text. `file` (when known) lets `extends: {file: ...}` be followed;
  * without it, such an extends is unverifiable.
  */
-export function parseCompose(text: string, file?: string): ComposeFile {
+/** `hostFiles`: what the same user_data writes, by host path (see ContainerSpec.hostFiles). */
+export function parseCompose(text: string, file?: string, hostFiles?: Record<string, string>): ComposeFile {
     const root = load(text, file ?? "compose");
     const problems: Problem[] = [...root.problems];
     const cache = new Map<string, LoadedCompose>();
@@ -152,6 +153,6 @@ export function parseCompose(text: string, file?: string): ComposeFile {
     const dir = file ? path.dirname(path.resolve(file)) : undefined;
     const containers = Object.keys(root.services)
         .filter((name) => isMapping(root.services[name]))
-        .map((name) => fromComposeService(name, resolve(root, dir, name, []), root.lines[name], root.volumes));
+        .map((name) => fromComposeService(name, resolve(root, dir, name, []), root.lines[name], root.volumes, hostFiles));
     return { containers, networks: root.networks, problems };
 }

@@ -24,12 +24,23 @@ export interface ContainerSpec {
     ports: PortBinding[];
     pidsLimit?: unknown;
     memoryLimit?: unknown;
+    /** The environment it is started with (NAME -> value; a name without a value maps to undefined). */
+    environment: Record<string, string | undefined>;
+    /** What it runs: entrypoint then command, as written (undefined where the image decides). */
+    entrypoint?: string[];
+    command?: string[];
+    /**
+     * The content of bind-mounted files known beside it (the host files of the same
+     * user_data), by host path: what a rule may read of a mounted configuration file.
+     */
+    hostFiles?: Record<string, string>;
     /** The properties above whose source values are (or contain) unknowns at preview. */
     unknown: Set<ContainerField>;
 }
 
 export type ContainerField =
-    | "image" | "capDrop" | "capAdd" | "privileged" | "securityOpt" | "namespaces" | "devices" | "mounts" | "ports" | "pidsLimit" | "memoryLimit";
+    | "image" | "capDrop" | "capAdd" | "privileged" | "securityOpt" | "namespaces" | "devices" | "mounts" | "ports" | "pidsLimit" | "memoryLimit"
+    | "environment" | "entrypoint" | "command";
 
 /** Which source keys feed which property, so an unknown key makes exactly those rules unverifiable. */
 const COMPOSE_FIELDS: Record<string, ContainerField[]> = {
@@ -37,11 +48,13 @@ const COMPOSE_FIELDS: Record<string, ContainerField[]> = {
     network_mode: ["namespaces"], pid: ["namespaces"], ipc: ["namespaces"], userns_mode: ["namespaces"], uts: ["namespaces"], cgroup: ["namespaces"],
     devices: ["devices"], device_cgroup_rules: ["devices"], volumes: ["mounts"], ports: ["ports"],
     pids_limit: ["pidsLimit"], mem_limit: ["memoryLimit"], deploy: ["pidsLimit", "memoryLimit"],
+    environment: ["environment"], env_file: ["environment"], entrypoint: ["entrypoint"], command: ["command"],
 };
 const DOCKER_FIELDS: Record<string, ContainerField[]> = {
     image: ["image"], capabilities: ["capDrop", "capAdd"], privileged: ["privileged"], securityOpts: ["securityOpt"],
     networkMode: ["namespaces"], pidMode: ["namespaces"], ipcMode: ["namespaces"], usernsMode: ["namespaces"], utsMode: ["namespaces"], cgroupnsMode: ["namespaces"],
     devices: ["devices"], volumes: ["mounts"], mounts: ["mounts"], ports: ["ports"], memory: ["memoryLimit"],
+    envs: ["environment"], entrypoints: ["entrypoint"], command: ["command"],
 };
 
 function unknownFieldsOf(source: Record<string, unknown>, fields: Record<string, ContainerField[]>): Set<ContainerField> {
@@ -61,6 +74,8 @@ export interface Mount {
     type: "bind" | "volume" | "tmpfs" | "other";
     /** The source is final text (variables already resolved, `$$` already a dollar): nothing in it is a variable. */
     literal?: boolean;
+    /** Mounted read-only (`:ro`, `read_only: true`). */
+    readOnly?: boolean;
 }
 
 export interface PortBinding {
@@ -96,7 +111,7 @@ export type NamedVolumes = Record<string, any>;
  * are judged with their variables unset: `${VAR:-default}` is its default, and a
  * variable without one makes the property unknown (the rules that read it fail closed).
  */
-export function fromComposeService(name: string, raw: Record<string, any>, line?: number, namedVolumes: NamedVolumes = {}): ContainerSpec {
+export function fromComposeService(name: string, raw: Record<string, any>, line?: number, namedVolumes: NamedVolumes = {}, hostFiles?: Record<string, string>): ContainerSpec {
     const unknown = unknownFieldsOf(raw, COMPOSE_FIELDS);
     const service: Record<string, any> = {};
     for (const [key, value] of Object.entries(raw)) {
@@ -137,8 +152,30 @@ export function fromComposeService(name: string, raw: Record<string, any>, line?
         ports: (Array.isArray(service.ports) ? service.ports : []).map(composePort),
         pidsLimit: service.pids_limit ?? limits.pids,
         memoryLimit: service.mem_limit ?? limits.memory,
+        environment: composeEnvironment(service.environment),
+        entrypoint: commandLine(service.entrypoint),
+        command: commandLine(service.command),
+        ...(hostFiles ? { hostFiles } : {}),
         unknown,
     };
+}
+
+/** `environment:` as a map or a list of NAME[=value]. */
+function composeEnvironment(environment: unknown): Record<string, string | undefined> {
+    if (Array.isArray(environment)) {
+        return Object.fromEntries(environment.map(String).map((entry) => (entry.includes("=") ? [entry.slice(0, entry.indexOf("=")), entry.slice(entry.indexOf("=") + 1)] : [entry, undefined])));
+    }
+    if (environment !== null && typeof environment === "object") {
+        return Object.fromEntries(Object.entries(environment).map(([name, value]) => [name, value === null || value === undefined ? undefined : String(value)]));
+    }
+    return {};
+}
+
+/** `command:`/`entrypoint:` as a list, or a string split as compose splits it (on blanks; no quoting is judged). */
+function commandLine(value: unknown): string[] | undefined {
+    if (Array.isArray(value)) return value.map(String);
+    if (typeof value === "string") return value.trim().split(/\s+/).filter(Boolean);
+    return undefined;
 }
 
 /** A part of a short-syntax value: its default when it has one, else as written (so `$VAR` stays visible). */
@@ -160,12 +197,13 @@ function composeMount(volume: unknown, namedVolumes: NamedVolumes): Mount {
         const [source, target] = parts;
         const literal = isLiteral(raw[0]);
         const isPath = literal ? /^[./~]/.test(source) : /^([./~]|\$)/.test(source);
-        mount = { source, target, type: isPath ? "bind" : "volume", literal };
+        const readOnly = (parts[2] ?? "").split(",").includes("ro");
+        mount = { source, target, type: isPath ? "bind" : "volume", literal, readOnly };
     } else {
-        const long = interpolateDeep(volume ?? {}).value as { type?: string; source?: string; target?: string };
+        const long = interpolateDeep(volume ?? {}).value as { type?: string; source?: string; target?: string; read_only?: unknown };
         const type = long.type === "bind" || long.type === "volume" || long.type === "tmpfs" ? long.type : "other";
         const literal = typeof (volume as { source?: unknown })?.source !== "string" || isLiteral((volume as { source: string }).source);
-        mount = { source: long.source === undefined ? undefined : String(long.source), target: String(long.target ?? ""), type, literal };
+        mount = { source: long.source === undefined ? undefined : String(long.source), target: String(long.target ?? ""), type, literal, readOnly: truthy(long.read_only) };
     }
     return mount.type === "volume" && mount.source ? throughNamedVolume(mount, namedVolumes) : mount;
 }
@@ -179,7 +217,7 @@ function throughNamedVolume(mount: Mount, namedVolumes: NamedVolumes): Mount {
     const opts = interpolateDeep(definition?.driver_opts ?? {}).value as Record<string, unknown>;
     const options = String(opts.o ?? "").split(",").map((o) => o.trim());
     if (!options.includes("bind") && !options.includes("rbind")) return mount;
-    return { source: String(opts.device ?? ""), target: mount.target, type: "bind", literal: true };
+    return { source: String(opts.device ?? ""), target: mount.target, type: "bind", literal: true, readOnly: mount.readOnly };
 }
 
 function composePort(port: unknown): PortBinding {
@@ -207,13 +245,14 @@ export function fromDockerContainer(name: string, inputs: Record<string, any>): 
     const mounts: Mount[] = [
         ...(Array.isArray(inputs.volumes) ? inputs.volumes : []).map((v: any) =>
             v.hostPath
-                ? { source: v.hostPath, target: String(v.containerPath ?? ""), type: "bind" as const }
-                : { source: v.volumeName, target: String(v.containerPath ?? ""), type: "volume" as const },
+                ? { source: v.hostPath, target: String(v.containerPath ?? ""), type: "bind" as const, readOnly: v.readOnly === true }
+                : { source: v.volumeName, target: String(v.containerPath ?? ""), type: "volume" as const, readOnly: v.readOnly === true },
         ),
         ...(Array.isArray(inputs.mounts) ? inputs.mounts : []).map((m: any) => ({
             source: m.source,
             target: String(m.target ?? ""),
             type: m.type === "bind" || m.type === "volume" || m.type === "tmpfs" ? m.type : ("other" as const),
+            readOnly: m.readOnly === true,
         })),
     ];
     return {
@@ -243,6 +282,9 @@ export function fromDockerContainer(name: string, inputs: Record<string, any>): 
         })),
         pidsLimit: undefined,
         memoryLimit: inputs.memory,
+        environment: composeEnvironment(Array.isArray(inputs.envs) ? inputs.envs : []),
+        entrypoint: Array.isArray(inputs.entrypoints) ? inputs.entrypoints.map(String) : undefined,
+        command: Array.isArray(inputs.command) ? inputs.command.map(String) : undefined,
         unknown: unknownFieldsOf(inputs, DOCKER_FIELDS),
     };
 }

@@ -93,9 +93,9 @@ export function judgeComposeFile(compose: ComposeFile, ctx: JudgeContext, origin
     ];
 }
 
-export function judgeCompose(text: string, ctx: JudgeContext, origin: Origin = {}): Finding[] {
+export function judgeCompose(text: string, ctx: JudgeContext, origin: Origin = {}, hostFiles?: Record<string, string>): Finding[] {
     try {
-        return judgeComposeFile(parseCompose(text, origin.file), ctx, origin);
+        return judgeComposeFile(parseCompose(text, origin.file, hostFiles), ctx, origin);
     } catch (err) {
         if (err instanceof ComposeParseError) return unparsable("compose", err.message, origin, err.line);
         throw err;
@@ -122,10 +122,12 @@ export function judgeCloudInitDoc(doc: CloudInitDoc, ctx: JudgeContext, origin: 
             ),
         );
     }
+    // A compose file's services mount files the same user_data writes: rules may read them.
+    const hostFiles = Object.fromEntries(doc.files.filter((f) => !f.undecodable).map((f) => [f.path, f.content]));
     for (const file of doc.files.filter((f) => !f.undecodable)) {
         const embedded = embeddedKind(file.path);
         if (!embedded) continue;
-        const inner = embedded.kind === "sshd" ? judgeSshd(file.content, ctx, {}, embedded.fragment) : judgeCompose(file.content, ctx, {});
+        const inner = embedded.kind === "sshd" ? judgeSshd(file.content, ctx, {}, embedded.fragment) : judgeCompose(file.content, ctx, {}, hostFiles);
         findings.push(...nested(inner, origin, file));
     }
     return findings;

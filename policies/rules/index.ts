@@ -1,4 +1,5 @@
 import type { Rule } from "../engine/rule";
+import { agentRuntimeCommandsOnSandbox } from "./agent-runtime-commands-on-sandbox";
 import { b2BucketsRetainHiddenVersions } from "./b2-buckets-retain-hidden-versions";
 import { b2HostKeysLeastPrivilege } from "./b2-host-keys-least-privilege";
 import { cloudInitNoPasswordlessSudoForAgent } from "./cloud-init-no-passwordless-sudo-for-agent";
@@ -40,6 +41,7 @@ import { tailscaleKeysSingleUse } from "./tailscale-keys-single-use";
 
 /** Every rule, one per file in this folder. The pack, `airlock check` and `airlock gate` all use this list. */
 export const RULES: Rule[] = [
+    agentRuntimeCommandsOnSandbox,
     b2BucketsRetainHiddenVersions,
     b2HostKeysLeastPrivilege,
     cloudInitNoPasswordlessSudoForAgent,

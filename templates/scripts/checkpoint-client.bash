@@ -80,16 +80,18 @@ unquoted() {
 	fi
 }
 
-# checkpoint_auto COMMAND: a checkpoint before a destructive command, on the open
-# broker connection (so the command's record names it). Never blocks the command.
+# checkpoint_auto TEXT [LABEL]: a checkpoint before a destructive command, on the open
+# broker connection (so the command's record names it), labelled with LABEL (by
+# default TEXT). TEXT is all that will run, so nothing in it escapes the list. Never
+# blocks the command.
 checkpoint_auto() {
 	[[ "$CHECKPOINT_AUTO" == true ]] || return 0
-	local rules status=0
+	local rules status=0 label=${2:-$1}
 	rules=$(destructive_rules "$1") || status=$?
 	((status == 1)) && return 0
 	if ((status != 0)); then
 		echo "airlock: no automatic checkpoint: ${DESTRUCTIVE_RULES} cannot be read" >&2
-	elif broker_call checkpoint "workspace=${WORKSPACE}" auto=yes "label=$(base64_of "${1:0:200}")"; then
+	elif broker_call checkpoint "workspace=${WORKSPACE}" auto=yes "label=$(base64_of "${label:0:200}")"; then
 		local id="${BROKER_DATA[0]#checkpoint }"
 		echo "airlock: checkpoint ${id%% *} taken before this command (${rules//$'\n'/, }); undo with: airlock restore ${id%% *}" >&2
 	else

@@ -2,7 +2,7 @@ import { ChildProcess, spawn } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { CHECKPOINT_CLIENT_PATH, DESTRUCTIVE_RULES_PATH } from "../../components/render/checkpoints";
-import { BROKER_CLIENT_PATH, BROKER_PATH, BROKER_SOCKET_PATH, RenderedHost, SANDBOX_WRAPPER_PATH } from "../../components/render/hosts";
+import { BROKER_CLIENT_PATH, BROKER_PATH, BROKER_SOCKET_PATH, HERMES_CLIENT_PATH, RenderedHost, SANDBOX_WRAPPER_PATH } from "../../components/render/hosts";
 import { renderedFile } from "./stacks";
 import { isRoot, run } from "./tools";
 
@@ -36,7 +36,7 @@ export function checkpointClient(sandbox: RenderedHost, root: string): string {
 }
 
 /**
- * Installs the wrapper, the broker client (socket moved under `dir`) and the broker
+ * Installs the broker client (socket moved under `dir`), the wrapper's other sourced files and the broker
  * itself into `dir` at their host paths; returns the paths.
  */
 export function installBrokerFiles(sandbox: RenderedHost, dir: string): { broker: string; socket: string; stateDir: string } {
@@ -46,6 +46,7 @@ export function installBrokerFiles(sandbox: RenderedHost, dir: string): { broker
     fs.writeFileSync(broker, renderedFile(sandbox, BROKER_PATH), { mode: 0o755 });
     fs.writeFileSync(path.join(dir, BROKER_CLIENT_PATH), brokerClient(sandbox, socket), { mode: 0o644 });
     fs.writeFileSync(path.join(dir, CHECKPOINT_CLIENT_PATH), checkpointClient(sandbox, dir), { mode: 0o644 });
+    fs.writeFileSync(path.join(dir, HERMES_CLIENT_PATH), renderedFile(sandbox, HERMES_CLIENT_PATH), { mode: 0o644 });
     fs.mkdirSync(path.dirname(path.join(dir, DESTRUCTIVE_RULES_PATH)), { recursive: true });
     fs.writeFileSync(path.join(dir, DESTRUCTIVE_RULES_PATH), renderedFile(sandbox, DESTRUCTIVE_RULES_PATH));
     return { broker, socket, stateDir: path.join(dir, "var/lib/airlock/record") };
@@ -101,4 +102,31 @@ export function talk(socket: string, requests: string | Buffer, user?: string): 
 /** The record's entries, parsed. */
 export function recordEntries(file: string): Record<string, any>[] {
     return fs.readFileSync(file, "utf8").split("\n").filter(Boolean).map((line) => JSON.parse(line));
+}
+
+/** A stand-in checkpoint engine: records its arguments; `fail` in its folder makes it refuse like the real one. */
+const STUB_ENGINE = `#!/bin/bash
+printf '%s\\n' "$*" >>"@DIR@/engine-calls"
+if [[ -e "@DIR@/fail" ]]; then echo "airlock: $(cat "@DIR@/fail")" >&2; exit 2; fi
+case "$1" in
+create) echo "checkpoint 7 of $2 at 2026-11-23T10:00:00Z" ;;
+list) printf 'ID  TIME (UTC)           KIND    LABEL\\n7   2026-11-23 10:00:00  manual  before\\n' ;;
+restore) echo "restored $2 to checkpoint 1 (2026-11-23T10:00:00Z); its container was recreated from its image" ;;
+session-ensure) echo "agent-$2" ;;
+esac
+`;
+
+/**
+ * The stand-in engine in `dir` (the real one is exercised as root in e2e-checkpoints),
+ * with the broker environment that points a broker at it and how it was called.
+ */
+export function installStubEngine(dir: string) {
+    const engine = path.join(dir, "engine");
+    fs.writeFileSync(engine, STUB_ENGINE.replaceAll("@DIR@", dir), { mode: 0o755 });
+    const volume = path.join(dir, "volume");
+    fs.mkdirSync(path.join(volume, "checkpoints", "shared"), { recursive: true });
+    const config = path.join(dir, "checkpoints.json");
+    fs.writeFileSync(config, JSON.stringify({ volume }));
+    const calls = () => (fs.existsSync(path.join(dir, "engine-calls")) ? fs.readFileSync(path.join(dir, "engine-calls"), "utf8").trim().split("\n") : []);
+    return { volume, calls, brokerEnv: { AIRLOCK_CHECKPOINT_ENGINE: engine, AIRLOCK_CHECKPOINTS_CONFIG: config } };
 }

@@ -1,0 +1,373 @@
+import { ChildProcess } from "node:child_process";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import * as YAML from "yaml";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { readStackFile } from "../components/config/load";
+import { COMPOSE_TEMPLATE_PATH, SSHD_TEMPLATE_PATH } from "../components/render/hosts";
+import { AGENT_SERVICE, GATEWAY_AGENT_PATHS } from "../components/workloads/compose";
+import { installStubEngine, recordEntries, TestBroker } from "./helpers/broker";
+import { startDockerd, TestDocker } from "./helpers/dockerd";
+import { HERMES_VERSION, loadHermesImage, movedHostPaths } from "./helpers/hermes";
+import { readmeSample } from "./helpers/readme";
+import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
+import { enforceEgress, installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
+import { editedStack, REPO, renderedFile, renderHosts, tempDir } from "./helpers/stacks";
+import { installFiles, isRoot, run, toolsAvailable } from "./helpers/tools";
+
+/**
+ * The agent runtime the product ships, end to end: the pinned Hermes Agent (the twin's
+ * image of it: the release from PyPI, unmodified) started by a real dockerd from the
+ * gateway's rendered compose service (its environment, Hermes's managed files, the
+ * preflight, the agent's key and ssh config), in a "gateway" namespace; the sandbox's
+ * rendered sshd, wrapper and broker in another. A scripted model stands in for the
+ * model provider: it decides which commands the agent runs, Hermes decides how.
+ */
+
+const AGENT = "airlock-her";
+const SANDBOX_TAILNET = "100.100.7.1";
+const GATEWAY_TAILNET = "100.100.7.2";
+const MODEL_PORT = 18642;
+
+const canRun =
+    isRoot() &&
+    toolsAvailable("e2e Hermes runtime", ["ip", "sshd", "ssh-keygen", "useradd", "runuser", "socat", "systemd-socket-activate", "python3", "dockerd", "docker-compose", "buildah", "mmdebstrap", "skopeo"]);
+if (!isRoot()) console.warn("SKIPPED e2e Hermes runtime: needs root (CI runs it as root)");
+
+describe.runIf(canRun)(`Hermes Agent ${HERMES_VERSION} as the gateway runs it`, () => {
+    let net: TestNet;
+    let sandboxRoot: string;
+    let gatewayRoot: string;
+    let work: string;
+    let sshd: ChildProcess | undefined;
+    let model: ChildProcess | undefined;
+    let resolver: ChildProcess | undefined;
+    let broker: TestBroker | undefined;
+    let dockerd: TestDocker | undefined;
+    let createdUser = false;
+    let createdWorkspace = false;
+    let composeFile: string;
+    let stateDir: string;
+    let engineCalls: () => string[];
+    let image: string;
+
+    const compose = (args: string[]) => run("docker-compose", ["--project-name", "airlock", "--file", composeFile, ...args], { env: dockerd!.env, timeout: 300_000 });
+    /** In the runtime's container, as the user the image runs Hermes as. */
+    const asRuntime = (cmd: string[]) => dockerd!.docker(["exec", "--user", "hermes", "airlock-agent", ...cmd]);
+    const scripted = (commands: string[]) => fs.writeFileSync(path.join(work, "script.json"), JSON.stringify(commands));
+    /** The agent's loop, one prompt, in the runtime's container. */
+    const agentRuns = (commands: string[]) => {
+        scripted(commands);
+        const started = Date.now();
+        const result = dockerd!.docker(["exec", "--user", "hermes", "airlock-agent", "hermes", "--yolo", "-z", "do it"]);
+        console.log(`hermes -z with ${commands.length} command(s): ${Math.round((Date.now() - started) / 1000)} s`);
+        return result;
+    };
+    /** What Hermes's own loader chooses, on the path its CLI and its gateway start by. */
+    const loaderSays = (launchPath: "cli" | "gateway.run") => {
+        const probe = [
+            "import importlib, json, sys",
+            "import hermes_cli.main",
+            `importlib.import_module(${JSON.stringify(launchPath)})`,
+            "from tools.terminal_tool import _get_env_config",
+            "c = _get_env_config()",
+            "print(json.dumps({k: c[k] for k in ('env_type', 'ssh_host', 'ssh_user', 'ssh_port', 'ssh_key', 'cwd')}))",
+        ].join("\n");
+        const result = asRuntime(["python3", "-c", probe]);
+        expect(result.status, result.stderr).toBe(0);
+        return JSON.parse(result.stdout.trim().split("\n").at(-1)!);
+    };
+    const managedFile = (hostPath: string) => path.join(gatewayRoot, hostPath);
+    const record = () => (fs.existsSync(broker!.recordFile) ? recordEntries(broker!.recordFile) : []);
+    let stateVolume: string;
+    /**
+     * The runtime's state volume as a user (or a restored backup) may have left it, wanting
+     * every command run locally: a .env saying so (which the runtime never reads: airlock's
+     * read-only one is mounted over it), and a config.yaml saying so too ("terminal
+     * section") or choosing only the model (then the environment decides).
+     */
+    const userState = (kind: "terminal section" | "model only") => {
+        const model = { provider: "custom", base_url: `http://${GATEWAY_TAILNET}:${MODEL_PORT}/v1`, default: "fake-model" };
+        fs.writeFileSync(path.join(stateVolume, "config.yaml"), YAML.stringify(kind === "terminal section" ? { model, terminal: { backend: "local", cwd: "/tmp" } } : { model }));
+        fs.writeFileSync(path.join(stateVolume, ".env"), "TERMINAL_ENV=local\nHERMES_MANAGED_DIR=/opt/data\nPATH=/opt/data/.local/bin:/usr/bin:/bin\n");
+    };
+    const preflight = () => asRuntime([GATEWAY_AGENT_PATHS.hermesPreflight, "--check"]);
+
+    beforeAll(async () => {
+        net = createTestNet("her");
+        work = tempDir("hermes");
+        if (run("id", [AGENT]).status !== 0) {
+            expect(run("useradd", ["--create-home", "--shell", "/bin/bash", AGENT]).status).toBe(0);
+            createdUser = true;
+        }
+        const uid = Number(run("id", ["-u", AGENT]).stdout.trim());
+        // The gateway agent's own key, as airlock-gateway-agent-key generates it.
+        const agentKey = path.join(work, "id_ed25519");
+        expect(run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", agentKey]).status).toBe(0);
+        const cfg = readStackFile(
+            editedStack("dev", (c) => {
+                c["airlock:agent"].user = AGENT;
+                c["airlock:agent"].uid = uid;
+                c["airlock:agent"].authorizedKeys = [fs.readFileSync(`${agentKey}.pub`, "utf8").trim()];
+            }),
+        );
+        const hosts = renderHosts(cfg);
+
+        // The sandbox: rendered sshd, wrapper and broker (a stand-in checkpoint engine), its egress rules.
+        sandboxRoot = fs.mkdtempSync("/run/airlock-hermes-");
+        const hostPublicKey = installSandboxSshd(hosts.sandbox, sandboxRoot);
+        const engine = installStubEngine(fs.mkdtempSync(path.join(work, "engine-")));
+        engineCalls = engine.calls;
+        broker = await startSandboxBroker(sandboxRoot, AGENT, engine.brokerEnv);
+        enforceEgress(net.server, hosts.sandbox, uid, GATEWAY_TAILNET);
+        const stubBin = path.join(sandboxRoot, "stub-bin");
+        stateDir = path.join(sandboxRoot, "state");
+        for (const dir of [stateDir, path.join(sandboxRoot, "workspace"), stubBin]) fs.mkdirSync(dir, { mode: 0o755 });
+        run("chown", [AGENT, stateDir, path.join(sandboxRoot, "workspace")]);
+        fs.writeFileSync(
+            path.join(stubBin, "docker"),
+            fs.readFileSync(path.join(REPO, "test/fixtures/docker-exec-stub"), "utf8").replace("@STATE_DIR@", stateDir).replace("@WORKSPACE@", path.join(sandboxRoot, "workspace")),
+            { mode: 0o755 },
+        );
+        fs.writeFileSync(path.join(stubBin, "tailscale"), `#!/bin/sh\necho ${SANDBOX_TAILNET}\n`, { mode: 0o755 });
+        const rendered = inNamespace(net.server, [`${sandboxRoot}/usr/local/sbin/airlock-tailnet-render`, path.join(sandboxRoot, SSHD_TEMPLATE_PATH), `${sandboxRoot}/etc/ssh/sshd_config`, "/usr/sbin/sshd", "-t", "-f"], {
+            env: { PATH: `${stubBin}:/usr/sbin:/usr/bin:/sbin:/bin`, AIRLOCK_TAILNET_WAIT_SECONDS: "5" },
+        });
+        expect(rendered.status, rendered.stderr).toBe(0);
+        // Hermes works in /workspace, as in the sandbox's container: there, in sshd's own mount namespace, is the stand-in's workspace.
+        createdWorkspace = !fs.existsSync("/workspace");
+        fs.mkdirSync("/workspace", { recursive: true });
+        sshd = spawnInNamespace(
+            net.server,
+            `mount --bind ${stubBin} /usr/local/bin && mount --bind ${sandboxRoot}/workspace /workspace && exec /usr/sbin/sshd -D -e -f ${sandboxRoot}/etc/ssh/sshd_config`,
+            path.join(work, "sshd.log"),
+        );
+        await waitForPort(net.client, SANDBOX_TAILNET, 22);
+
+        // The gateway: its rendered files under a root of the test's own; what boot stages, staged.
+        gatewayRoot = fs.mkdtempSync("/run/airlock-hermes-gw-");
+        fs.chmodSync(gatewayRoot, 0o755);
+        installFiles(hosts.gateway, gatewayRoot);
+        fs.writeFileSync(path.join(gatewayRoot, "etc/airlock/known_hosts"), pinnedKnownHosts(hosts.gateway, hostPublicKey));
+        fs.mkdirSync(path.join(gatewayRoot, "run/airlock-agent"), { recursive: true });
+        fs.copyFileSync(agentKey, path.join(gatewayRoot, GATEWAY_AGENT_PATHS.runtimeSshKey));
+        fs.chmodSync(path.join(gatewayRoot, GATEWAY_AGENT_PATHS.runtimeSshKey), 0o444);
+        fs.writeFileSync(path.join(gatewayRoot, GATEWAY_AGENT_PATHS.runtimeEnv), `OPENAI_API_KEY='${["fake", "model", "key"].join("-")}'\n`);
+
+        // The runtime's state volume, as a user may have left it: a config.yaml and a .env
+        // that would run every command locally (the managed scope must win over both).
+        const state = path.join(gatewayRoot, "var/lib/airlock/agent-state/agent-state");
+        fs.mkdirSync(state, { recursive: true });
+        stateVolume = state;
+        userState("terminal section");
+
+        // The scripted model, on the gateway's side.
+        scripted([]);
+        model = spawnInNamespace(net.client, `exec ${path.join(REPO, "test/fixtures/hermes/fake-model")} ${GATEWAY_TAILNET} ${MODEL_PORT} ${path.join(work, "script.json")}`, path.join(work, "model.log"));
+        await waitForPort(net.client, GATEWAY_TAILNET, MODEL_PORT);
+
+        // The agent's Docker in the gateway's namespace; its containers reach the sandbox through it.
+        // Its name service answers every lookup at once, with a refusal: nothing here reaches the
+        // internet, and a resolver out of reach would make each lookup Hermes tries at start wait
+        // for Docker's 10 s timeout.
+        resolver = spawnInNamespace(net.client, `exec dnsmasq --keep-in-foreground --no-resolv --no-hosts --bind-interfaces --listen-address=${GATEWAY_TAILNET} --port=53`, path.join(work, "dnsmasq.log"));
+        fs.mkdirSync(`/etc/netns/${net.client}`, { recursive: true });
+        fs.writeFileSync(`/etc/netns/${net.client}/resolv.conf`, `nameserver ${GATEWAY_TAILNET}\n`);
+        dockerd = await startDockerd(fs.mkdtempSync("/tmp/airlock-hermes-docker-"), [], net.client);
+        expect(inNamespace(net.client, ["sysctl", "-qw", "net.ipv4.ip_forward=1"]).status).toBe(0);
+        expect(inNamespace(net.server, ["ip", "route", "replace", "10.213.0.0/16", "via", GATEWAY_TAILNET]).status).toBe(0);
+        const doc = YAML.parse(renderedFile(hosts.gateway, COMPOSE_TEMPLATE_PATH).replaceAll("@TAILNET_IPV4@", "127.0.0.1"));
+        image = String(doc.services[AGENT_SERVICE].image).replace(/@sha256:[0-9a-f]{64}$/, "");
+        expect(image).toBe("nousresearch/hermes-agent:v2026.7.20");
+        await loadHermesImage(dockerd, image, work);
+        // As rendered, but for where the host's files are and the image's digest (the twin's
+        // registry pins it); the sandbox's MagicDNS name is the test's namespace address.
+        const agent = movedHostPaths(doc.services[AGENT_SERVICE], gatewayRoot);
+        Object.assign(agent, { image, extra_hosts: [`${cfg.hostnames.sandbox}:${SANDBOX_TAILNET}`] });
+        doc.services = { [AGENT_SERVICE]: agent };
+        for (const volume of Object.values(doc.volumes ?? {}) as Record<string, any>[]) volume.driver_opts.device = path.join(gatewayRoot, volume.driver_opts.device);
+        composeFile = path.join(work, "compose.yml");
+        fs.writeFileSync(composeFile, YAML.stringify(doc));
+        const up = compose(["up", "--detach", AGENT_SERVICE]);
+        expect(up.status, up.stderr).toBe(0);
+        for (let i = 0; i < 120 && !dockerd.docker(["logs", "airlock-agent"]).stderr.includes("airlock-hermes-preflight:"); i++) await new Promise((r) => setTimeout(r, 500));
+    }, 900_000);
+
+    afterAll(async () => {
+        if (dockerd) {
+            compose(["down", "--volumes"]);
+            await dockerd.stop();
+        }
+        model?.kill("SIGTERM");
+        resolver?.kill("SIGTERM");
+        sshd?.kill("SIGTERM");
+        await broker?.stop();
+        run("pkill", ["--uid", AGENT]);
+        if (net) fs.rmSync(`/etc/netns/${net.client}`, { recursive: true, force: true });
+        net?.close();
+        if (createdWorkspace) fs.rmdirSync("/workspace");
+        for (const dir of [sandboxRoot, gatewayRoot]) if (dir) fs.rmSync(dir, { recursive: true, force: true });
+        if (createdUser) run("userdel", ["--remove", AGENT]);
+    }, 120_000);
+
+    it("starts through the preflight, which Hermes's own loader satisfies, and stays up as the hermes user", () => {
+        const logs = dockerd!.docker(["logs", "airlock-agent"]).stderr;
+        expect(logs).toContain(`airlock-hermes-preflight: Hermes ${HERMES_VERSION} runs every command over ssh as ${AGENT}@airlock-dev-sandbox in /workspace`);
+        expect(dockerd!.docker(["inspect", "--format", "{{.State.Running}}", "airlock-agent"]).stdout.trim()).toBe("true");
+        expect(asRuntime(["id", "-un"]).stdout.trim()).toBe("hermes");
+    });
+
+    it.each(["terminal section", "model only"] as const)("Hermes's loader chooses ssh to the sandbox on both launch paths, over a user's config.yaml (%s) and .env", (kind) => {
+        userState(kind);
+        try {
+            for (const launchPath of ["cli", "gateway.run"] as const) {
+                expect(loaderSays(launchPath), launchPath).toEqual({ env_type: "ssh", ssh_host: "sandbox", ssh_user: AGENT, ssh_port: 22, ssh_key: "/etc/airlock/agent/id_ed25519", cwd: "/workspace" });
+            }
+            expect(preflight().status).toBe(0);
+        } finally {
+            userState("terminal section");
+        }
+    });
+
+    it("the agent's command runs in the sandbox, on its record, and not in the runtime's container", () => {
+        const before = record().length;
+        const ran = agentRuns(["echo ran-by-hermes > proof.txt && echo $((6 * 7))"]);
+        expect(ran.status, ran.stderr).toBe(0);
+        expect(ran.stdout).toContain("42");
+        // The stand-in container is the sandbox host's workspace directory: the file landed there.
+        expect(fs.readFileSync(path.join(sandboxRoot, "workspace", "proof.txt"), "utf8")).toBe("ran-by-hermes\n");
+        expect(asRuntime(["sh", "-c", "test -e /workspace/proof.txt || test -e /opt/data/proof.txt || test -e /tmp/proof.txt; echo $?"]).stdout.trim()).toBe("1");
+        const begins = record().slice(before).filter((e) => e.kind === "begin");
+        const command = begins.find((e) => String(e.command).includes("echo ran-by-hermes > proof.txt"));
+        expect(command, JSON.stringify(begins.map((e) => e.command))).toBeDefined();
+        expect(command!.uid).toBe(Number(run("id", ["-u", AGENT]).stdout.trim()));
+        expect(command!.source).toBe(SANDBOX_TAILNET);
+        expect(record().find((e) => e.kind === "end" && e.of === command!.seq)).toMatchObject({ exit: 0, ended: "exited" });
+    }, 180_000);
+
+    it("the undo verbs the runtime is told about reach the sandbox's host, not the container, when Hermes sends them", () => {
+        const hint: string = YAML.parse(fs.readFileSync(managedFile(GATEWAY_AGENT_PATHS.hermesConfig), "utf8")).agent.environment_hint;
+        expect(hint).toContain('`airlock checkpoint --label "{label}"`');
+        const before = record().length;
+        const ran = agentRuns(['airlock checkpoint --label "before the change"', "airlock restore last"]);
+        expect(ran.status, ran.stderr).toBe(0);
+        expect(engineCalls()).toEqual([`create shared --label-b64 ${Buffer.from("before the change").toString("base64")}`, "restore shared --last"]);
+        expect(ran.stdout).toContain("restored shared to checkpoint 1");
+        // Hermes's own commands around them went to the container, as every command does; these did not.
+        const ranInContainer = record().slice(before).filter((e) => e.kind === "begin").map((e) => String(e.command));
+        expect(ranInContainer.length).toBeGreaterThan(0);
+        expect(ranInContainer.filter((c) => /airlock (checkpoint|restore)/.test(c))).toEqual([]);
+    }, 180_000);
+
+    // Each rendered managed file is needed: changed, Hermes itself chooses otherwise for some user's state.
+    it.each<[string, string, (text: string) => string, "terminal section" | "model only"]>([
+        ["backend local in the managed config", GATEWAY_AGENT_PATHS.hermesConfig, (t) => t.replace("backend: ssh", "backend: local"), "terminal section"],
+        ["no terminal section in the managed config", GATEWAY_AGENT_PATHS.hermesConfig, (t) => t.replace(/^terminal:\n(  .*\n|\s*#.*\n)*/m, ""), "terminal section"],
+        ["another host in the managed config", GATEWAY_AGENT_PATHS.hermesConfig, (t) => t.replace("ssh_host: sandbox", "ssh_host: elsewhere"), "terminal section"],
+        ["TERMINAL_ENV=local in the managed .env", GATEWAY_AGENT_PATHS.hermesEnv, (t) => t.replace("TERMINAL_ENV=ssh", "TERMINAL_ENV=local"), "model only"],
+    ])("%s: Hermes's loader no longer says ssh to the sandbox, and the preflight refuses", (_, file, change, kind) => {
+        const original = fs.readFileSync(managedFile(file), "utf8");
+        userState(kind);
+        // Written in place: the bind mount shows the new content.
+        fs.writeFileSync(managedFile(file), change(original));
+        try {
+            const said = [loaderSays("cli"), loaderSays("gateway.run")];
+            expect(said.some((s) => s.env_type !== "ssh" || s.ssh_host !== "sandbox")).toBe(true);
+            const refused = preflight();
+            expect(refused.status).toBe(78);
+            expect(refused.stderr.trim().split("\n")).toHaveLength(1);
+            expect(refused.stderr).toMatch(/^airlock-hermes-preflight: refusing to start the agent runtime: /);
+            // The README's sample.
+            if (change(original).includes("backend: local")) expect(refused.stderr).toBe(readmeSample("hermes-preflight-refusal"));
+        } finally {
+            fs.writeFileSync(managedFile(file), original);
+            userState("terminal section");
+        }
+        expect(preflight().status).toBe(0);
+    });
+
+    it("Hermes's own .env is airlock's, read-only: the runtime cannot set a variable for its next turn or start", () => {
+        // Not even as the container's root.
+        const written = dockerd!.docker(["exec", "airlock-agent", "sh", "-c", "echo TERMINAL_ENV=local >> /opt/data/.env"]);
+        expect(written.status).not.toBe(0);
+        expect(written.stderr).toMatch(/Read-only file system/);
+        expect(asRuntime(["cat", "/opt/data/.env"]).stdout).toBe(fs.readFileSync(managedFile(GATEWAY_AGENT_PATHS.hermesUserEnv), "utf8"));
+    });
+
+    it.each<[string, string[], RegExp]>([
+        ["a PATH through the state volume", ["PATH=/opt/data/.local/bin:/opt/hermes/.venv/bin:/usr/bin:/bin"], /Hermes's PATH has \/opt\/data\/\.local\/bin, where uid 10000 can put programs/],
+        ["LD_PRELOAD", ["LD_PRELOAD=/opt/data/evil.so"], /Hermes's environment has LD_PRELOAD/],
+        ["PYTHONSTARTUP", ["PYTHONSTARTUP=/opt/data/evil.py"], /Hermes's environment has PYTHONSTARTUP/],
+        // Without airlock's managed files, the user's config.yaml decides: local.
+        ["a managed scope in the state volume", ["HERMES_MANAGED_DIR=/opt/data"], /Hermes would run the agent's commands here, on the gateway/],
+    ])("%s in the runtime's environment makes the preflight refuse", (_, env, message) => {
+        const refused = dockerd!.docker(["exec", "--user", "hermes", ...env.flatMap((e) => ["--env", e]), "airlock-agent", GATEWAY_AGENT_PATHS.hermesPreflight, "--check"]);
+        expect(refused.status).toBe(78);
+        expect(refused.stderr).toMatch(message);
+    });
+
+    it("a file the sandbox plants in Hermes's .hermes never reaches the runtime's state on the gateway", () => {
+        // A skill of the runtime's, which Hermes copies to the sandbox when a session starts.
+        const skill = path.join(stateVolume, "skills", "airlock-test", "SKILL.md");
+        fs.mkdirSync(path.dirname(skill), { recursive: true });
+        fs.writeFileSync(skill, "---\nname: airlock-test\ndescription: a skill of the runtime's\n---\nDo nothing.\n");
+        run("chown", ["-R", "10000:10000", path.join(stateVolume, "skills")]);
+        try {
+            const before = record().length;
+            // The agent's command, as a hostile sandbox would: a new skill and a changed one in the copy Hermes made.
+            const ran = agentRuns([
+                'for d in /tmp/airlock-home.*/.hermes/skills; do [ -d "$d/airlock-test" ] || continue; mkdir -p "$d/planted" && echo planted > "$d/planted/SKILL.md" && echo changed >> "$d/airlock-test/SKILL.md" && echo "planted in $d"; done',
+            ]);
+            expect(ran.status, ran.stderr).toBe(0);
+            expect(ran.stdout).toMatch(/planted in \/tmp\/airlock-home\.\w+\/\.hermes\/skills/);
+            expect(fs.existsSync(path.join(stateVolume, "skills", "planted"))).toBe(false);
+            expect(fs.readFileSync(skill, "utf8")).not.toContain("changed");
+            // Hermes had copied the skill to the sandbox (so it copies .hermes back at the end: the
+            // wrapper answers that with an empty archive, and nothing runs in the container for it).
+            const commands = record().slice(before).filter((e) => e.kind === "begin").map((e) => String(e.command));
+            expect(commands.filter((c) => /^tar xf - --no-overwrite-dir -C \/tmp\/airlock-home\.\w+\/\.hermes$/.test(c)).length).toBeGreaterThan(0);
+            expect(commands.filter((c) => /^tar cf - -C \/ /.test(c))).toEqual([]);
+        } finally {
+            fs.rmSync(path.join(stateVolume, "skills"), { recursive: true, force: true });
+        }
+    }, 180_000);
+
+    it("a user's ssh config in the state volume (read before the pinned one) makes the preflight refuse", () => {
+        expect(asRuntime(["sh", "-c", "mkdir -p /opt/data/.ssh && printf 'Host sandbox\\n  HostName 192.0.2.1\\n' > /opt/data/.ssh/config"]).status).toBe(0);
+        try {
+            const refused = preflight();
+            expect(refused.status).toBe(78);
+            expect(refused.stderr).toContain("/opt/data/.ssh/config exists: ssh would read it before airlock's pinned config");
+        } finally {
+            asRuntime(["rm", "-rf", "/opt/data/.ssh"]);
+        }
+    });
+
+    it("refused, the runtime is never started: the container exits with the preflight's line", async () => {
+        const file = managedFile(GATEWAY_AGENT_PATHS.hermesConfig);
+        const original = fs.readFileSync(file, "utf8");
+        fs.writeFileSync(file, original.replace("backend: ssh", "backend: local"));
+        try {
+            expect(dockerd!.docker(["restart", "--time", "5", "airlock-agent"]).status).toBe(0);
+            let state = "";
+            for (let i = 0; i < 60; i++) {
+                state = dockerd!.docker(["inspect", "--format", "{{.State.Status}} {{.State.ExitCode}} {{.RestartCount}}", "airlock-agent"]).stdout.trim();
+                if (/ 78 /.test(state)) break;
+                await new Promise((r) => setTimeout(r, 500));
+            }
+            expect(state).toMatch(/ 78 /);
+            const logs = dockerd!.docker(["logs", "--since", "60s", "airlock-agent"]).stderr;
+            expect(logs).toMatch(/airlock-hermes-preflight: refusing to start the agent runtime: Hermes would run the agent's commands here, on the gateway/);
+            expect(logs).not.toContain("Hermes Gateway Starting");
+        } finally {
+            fs.writeFileSync(file, original);
+        }
+        expect(dockerd!.docker(["restart", "--time", "5", "airlock-agent"]).status).toBe(0);
+        let running = "";
+        for (let i = 0; i < 60 && running !== "true"; i++) {
+            await new Promise((r) => setTimeout(r, 500));
+            running = dockerd!.docker(["inspect", "--format", "{{.State.Running}}", "airlock-agent"]).stdout.trim();
+        }
+        expect(running).toBe("true");
+    }, 120_000);
+});
