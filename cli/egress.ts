@@ -36,6 +36,8 @@ export interface DomainUse {
     queries: number;
     names: string[];
     blocked: number;
+    /** Lookups whose upstream failed (SERVFAIL): the name still left the gateway. */
+    failed: number;
     firstSeen: string;
     lastSeen: string;
 }
@@ -107,23 +109,30 @@ function use(domain: string, queries: Query[]): DomainUse {
         queries: queries.length,
         names: [...new Set(queries.map((q) => q.name))].sort(),
         blocked: queries.filter((q) => q.blocked).length,
+        failed: queries.filter((q) => q.failed).length,
         firstSeen: new Date(Math.min(...times)).toISOString(),
         lastSeen: new Date(Math.max(...times)).toISOString(),
     };
 }
 
-export function propose(stack: string, stackFile: string, querylog: string, client?: string): Proposal {
+/**
+ * `querylogs`: AdGuard Home's query log and its own log (failed lookups), in any
+ * order. A failed lookup names no client (AdGuard's log does not), so `client` keeps
+ * it: only tailnet clients are allowed to the resolver at all.
+ */
+export function propose(stack: string, stackFile: string, querylogs: string[], client?: string): Proposal {
     const cfg = readStackFile(stackFile);
     const current = cfg.dns.allowlist;
-    const log = readQueryLog(querylog);
-    const queries = client ? log.queries.filter((q) => q.client === client) : log.queries;
+    const logs = querylogs.map(readQueryLog);
+    const all = logs.flatMap((l) => l.queries);
+    const queries = client ? all.filter((q) => q.client === client || q.failed) : all;
     const { byDomain, skipped } = group(queries);
     const proposal: Omit<Proposal, "allowlist" | "diff"> = {
         stack,
         stackFile,
-        querylog,
+        querylog: querylogs.join(", "),
         queries: queries.length,
-        unreadableLines: log.unreadable,
+        unreadableLines: logs.reduce((n, l) => n + l.unreadable, 0),
         propose: [],
         alreadyAllowed: [],
         flagged: [],
@@ -210,7 +219,7 @@ export function formatProposal(p: Proposal, diffFile: string | undefined): strin
     const out: string[] = [];
     const day = (iso: string) => iso.replace(/\.\d{3}Z$/, "Z");
     const row = (u: DomainUse) =>
-        `  ${printable(u.domain).padEnd(32)} ${String(u.queries).padStart(6)} queries  ${day(u.firstSeen)} .. ${day(u.lastSeen)}${u.blocked ? `  (${u.blocked} blocked)` : ""}\n      ${u.names.slice(0, 3).map(short).join(", ")}${u.names.length > 3 ? `, and ${u.names.length - 3} more` : ""}`;
+        `  ${printable(u.domain).padEnd(32)} ${String(u.queries).padStart(6)} queries  ${day(u.firstSeen)} .. ${day(u.lastSeen)}${u.blocked ? `  (${u.blocked} blocked)` : ""}${u.failed ? `  (${u.failed} failed upstream)` : ""}\n      ${u.names.slice(0, 3).map(short).join(", ")}${u.names.length > 3 ? `, and ${u.names.length - 3} more` : ""}`;
     out.push(`${p.querylog}: ${p.queries} queries${p.unreadableLines ? `, ${p.unreadableLines} unreadable lines` : ""}`);
     out.push(p.propose.length ? `propose for airlock:dns.allowlist of ${p.stack}:` : `nothing new to propose for ${p.stack}`);
     for (const u of p.propose) out.push(row(u));

@@ -9,13 +9,23 @@ import { ConfigError } from "../policies/contract";
  * resolver blocked it). AdGuard calls the format unstable, so only these are read,
  * and the file is written by the agent user's container: every line is hostile,
  * capped in length, and a line that does not read is counted, not trusted.
+ *
+ * A lookup whose upstream fails never reaches that log (AdGuard answers SERVFAIL and
+ * stops); AdGuard's own log (`work/data/adguardhome.log`, as airlock configures it)
+ * names it: `2026/11/27 17:39:33.026915 [error] dnsproxy: exchange failed upstream=...
+ * question=";name.\tIN\t A" ...`, in UTC, without the client. Lines of that log are
+ * read too: a failure becomes a query with `failed` set (one per lookup, however many
+ * upstreams were tried), and its other lines are not queries.
  */
 export interface Query {
     time: Date;
+    /** The client's address; "" for a failed lookup (AdGuard's log does not name it; only tailnet clients are allowed). */
     client: string;
     name: string;
     type: string;
     blocked: boolean;
+    /** Its upstream failed: AdGuard answered SERVFAIL, and the name left for the upstream. */
+    failed: boolean;
 }
 
 export const MAX_QUERYLOG_LINE = 64 * 1024;
@@ -37,6 +47,13 @@ export function readQueryLog(file: string): QueryLog {
     let unreadable = 0;
     const take = (line: string) => {
         if (line.trim() === "") return;
+        const logLine = ADGUARD_LOG_LINE.exec(line);
+        if (logLine) {
+            const failure = parseFailure(logLine);
+            if (failure === "unreadable") unreadable++;
+            else if (failure && !sameLookup(queries.at(-1), failure)) queries.push(failure);
+            return;
+        }
         const query = parseQuery(line);
         if (query) queries.push(query);
         else unreadable++;
@@ -84,5 +101,33 @@ function parseQuery(line: string): Query | undefined {
     const name = QH.toLowerCase().replace(/\.$/, "");
     if (name.length === 0 || name.length > 253) return undefined;
     const blocked = typeof Result === "object" && Result !== null && (Result as Record<string, unknown>).IsFiltered === true;
-    return { time, client: IP, name, type: QT, blocked };
+    return { time, client: IP, name, type: QT, blocked, failed: false };
 }
+
+/** A line of AdGuard Home's own log: its UTC time, its level, the rest. */
+const ADGUARD_LOG_LINE = /^(\d{4})\/(\d\d)\/(\d\d) (\d\d):(\d\d):(\d\d)(\.\d{1,9})? \[(\w+)\] (.*)$/;
+/** dnsproxy's line for an upstream that did not answer (proxy/exchange.go): the question in Go's %q. */
+const EXCHANGE_FAILED = /^dnsproxy: exchange failed upstream=\S+ question="((?:[^"\\]|\\.)*)"/;
+
+/** A failed lookup from AdGuard's log; undefined for its other lines; "unreadable" for one that names a failure but does not read. */
+function parseFailure(line: RegExpExecArray): Query | undefined | "unreadable" {
+    const [, year, month, day, hour, minute, second, fraction, level, rest] = line;
+    const failed = level === "error" ? EXCHANGE_FAILED.exec(rest) : null;
+    if (!failed) return undefined;
+    const time = new Date(`${year}-${month}-${day}T${hour}:${minute}:${second}${(fraction ?? "").slice(0, 4)}Z`);
+    let question: string;
+    try {
+        question = JSON.parse(`"${failed[1]}"`) as string;
+    } catch {
+        return "unreadable";
+    }
+    // dns.Question's text: ";name.<TAB>IN<TAB> TYPE".
+    const parts = /^;(.+?)\.?\tIN\t (\w+)$/.exec(question);
+    const name = parts?.[1].toLowerCase() ?? "";
+    if (Number.isNaN(time.getTime()) || !parts || name.length === 0 || name.length > 253) return "unreadable";
+    return { time, client: "", name, type: parts[2], blocked: false, failed: true };
+}
+
+/** The same lookup again within seconds: dnsproxy logs a failure per upstream it tried. */
+const sameLookup = (previous: Query | undefined, next: Query) =>
+    previous?.failed === true && previous.name === next.name && previous.type === next.type && Math.abs(next.time.getTime() - previous.time.getTime()) <= 5000;

@@ -234,6 +234,19 @@ describe.runIf(toolsAvailable("airlock-audit", ["socat", "systemd-socket-activat
         expect(human).toMatch(/session 100\.100\.7\.2:52000 {2}exit 0 {2}\d+\.\d s {2}env GITHUB_TOKEN\n {4}\$ step 3\n {4}dns: github\.com A, evil\.example A \(blocked\)/);
         expect(cli(["audit", "show", "--from", records, "--querylog", log, "--json"]).stdout).toBe(shown.stdout);
 
+        // A lookup whose upstream failed is only in AdGuard's own log (lines as the real one
+        // writes them: test/fixtures/adguard/adguardhome.log), once per upstream tried, without its client.
+        const adguardTime = (ms: number) => at(ms).replace(/^(\d{4})-(\d\d)-(\d\d)T(.{15}).*$/, "$1/$2/$3 $4");
+        const failed = (ms: number, upstream: string) =>
+            `${adguardTime(ms)} [error] dnsproxy: exchange failed upstream=${upstream} question=";mfrggzdf.exfil-collector.net.\\tIN\\t TXT" duration=654.427µs err="exchanging with ${upstream} over udp: read: connection refused"`;
+        const adguardLog = path.join(dir, "adguardhome.log");
+        fs.writeFileSync(adguardLog, [`${adguardTime(0)} [info] dnsproxy: listening to udp addr=0.0.0.0:53`, failed(8, "9.9.9.9:53"), failed(9, "149.112.112.112:53")].join("\n") + "\n");
+        const withFailures = JSON.parse(audit(["--dir", records, "show", "--json", "--querylog", log, "--querylog", adguardLog]).stdout);
+        const step3dns = withFailures.records.find((r: any) => r.command === "step 3").dns;
+        expect(step3dns.filter((d: any) => d.failed).map((d: any) => [d.name, d.type])).toEqual([["mfrggzdf.exfil-collector.net", "TXT"]]);
+        expect(withFailures.querylogUnreadableLines).toBe(1);
+        expect(audit(["--dir", records, "show", "--querylog", adguardLog]).stdout).toContain("mfrggzdf.exfil-collector.net TXT (failed upstream)");
+
         // Hostile text from the sandbox reaches the terminal escaped.
         sb.command("printf done\x1b[2K\r\x1b]0;owned\x07");
         fs.copyFileSync(sb.broker.recordFile, path.join(records, "record.jsonl"));
@@ -265,7 +278,7 @@ describe.runIf(toolsAvailable("airlock-audit", ["socat", "systemd-socket-activat
         expect(JSON.parse(renderedFile(gatewayHost, AUDIT_CONFIG_PATH))).toEqual({
             dir: "/var/lib/airlock/audit",
             ssh: ["runuser", "-u", "agent", "--", "ssh", "-F", "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf", "-o", "ControlPath=none", "sandbox"],
-            querylog: ["/home/agent/.local/share/airlock/adguard/work/data/querylog.json.1", "/home/agent/.local/share/airlock/adguard/work/data/querylog.json"],
+            querylog: ["/home/agent/.local/share/airlock/adguard/work/data/querylog.json.1", "/home/agent/.local/share/airlock/adguard/work/data/querylog.json", "/home/agent/.local/share/airlock/adguard/work/data/adguardhome.log"],
         });
         expect(renderedFile(gatewayHost, "/etc/systemd/system/airlock-audit-pull.service")).toMatch(/OnFailure=airlock-alert@%n\.service[\s\S]*ExecStart=\/usr\/local\/sbin\/airlock-audit pull/);
         expect(renderedFile(gatewayHost, "/etc/systemd/system/airlock-audit-pull.timer")).toContain("OnCalendar=*:0/5");

@@ -6,109 +6,130 @@ import * as YAML from "yaml";
 import { readStackFile } from "../components/config/load";
 import { EGRESS_RULES_PATH } from "../components/render/hosts";
 import { renderAdguardConfig } from "../components/workloads/compose";
+import { AUDIT_PROGRAM } from "../cli/audit";
+import { propose } from "../cli/egress";
+import { readQueryLog } from "../cli/querylog";
+import { buildGoTool } from "../twin/gotools";
 import { createTestNet, inNamespace, TestNet } from "./helpers/netns";
 import { renderHosts, renderedFile, stackFile, tempDir } from "./helpers/stacks";
-import { isRoot, toolsAvailable } from "./helpers/tools";
+import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
- * Allowlist mode closes DNS exfiltration. AdGuard Home cannot be fetched here, so
- * the rendered AdGuardHome.yaml's filtering rules are translated, rule by rule, into
- * dnsmasq (Debian's) as the resolver, in front of a fake upstream (another dnsmasq)
- * that logs every query it receives. Unlisted names must come back NXDOMAIN and
- * never reach the upstream. The sandbox side loads the rendered nftables rules and
- * cannot reach any other resolver.
+ * Allowlist mode closes DNS exfiltration, and every lookup is evidence. The real
+ * AdGuard Home (the release the stacks pin, built from its Go module: twin/gotools.ts)
+ * runs the rendered AdGuardHome.yaml with four keys moved into the test's network
+ * namespaces (the address it binds, its upstreams, its web UI's port, the file of its
+ * own log), in front of a fake upstream (dnsmasq) that logs every query it receives.
+ * Unlisted names must come back NXDOMAIN and never reach the upstream. The sandbox side
+ * loads the rendered nftables rules and cannot reach any other resolver.
  */
 
 const UPSTREAM = "127.0.0.2";
+/** An address where no resolver answers: an upstream that fails. */
+const DEAD_UPSTREAM = "127.0.0.3";
 /** A second resolver address on the server, running dev's (observe mode) rules. */
 const OBSERVE_RESOLVER = "100.100.7.3";
+/** A third, in observe mode, whose upstream fails. */
+const FAILING_RESOLVER = "100.100.7.4";
 const ANSWER = "192.0.2.10";
 
-/**
- * The rendered AdGuard rules as dnsmasq configuration. Only the shapes airlock
- * renders are accepted - `||*^` (block every name) and `@@||domain^` (allow it and
- * its subdomains) - so a change to the rendering fails here instead of passing.
- */
-function dnsmasqFromAdguard(adguardYaml: string, listen: string): string {
-    const rules: string[] = YAML.parse(adguardYaml).user_rules ?? [];
-    const lines = ["no-resolv", "no-hosts", `listen-address=${listen}`, "bind-interfaces", "port=53", "log-queries"];
-    if (rules.length === 0) return [...lines, `server=${UPSTREAM}`].join("\n") + "\n"; // observe: everything goes upstream
-    if (rules[0] !== "||*^" || YAML.parse(adguardYaml).filtering?.blocking_mode !== "nxdomain") throw new Error(`unexpected AdGuard rules: ${JSON.stringify(rules)}`);
-    lines.push("address=/#/"); // ||*^ with blocking_mode nxdomain: NXDOMAIN, answered locally
-    for (const rule of rules.slice(1)) {
-        const allowed = /^@@\|\|([a-z0-9-]+(?:\.[a-z0-9-]+)+)\^$/.exec(rule);
-        if (!allowed) throw new Error(`unexpected AdGuard rule ${rule}`);
-        lines.push(`server=/${allowed[1]}/${UPSTREAM}`);
-    }
-    return `${lines.join("\n")}\n`;
+/** The rendered config with only what places it in the test moved: its address, upstreams, UI port and log file. */
+function adguardConfig(rendered: string, listen: string, upstream: string, work: string, uiPort: number, edit: (c: Record<string, any>) => void = () => {}): string {
+    const config = YAML.parse(rendered);
+    Object.assign(config.dns, { bind_hosts: [listen], upstream_dns: [upstream], bootstrap_dns: [upstream] });
+    config.http.address = `127.0.0.1:${uiPort}`;
+    config.log.file = path.join(work, "data", "adguardhome.log");
+    edit(config);
+    return YAML.stringify(config);
 }
 
-const canRun = isRoot() && toolsAvailable("DNS allowlist in network namespaces", ["ip", "dnsmasq", "dig", "nft"]);
+const canRun = isRoot() && toolsAvailable("DNS allowlist in network namespaces", ["ip", "dnsmasq", "dig", "nft", "go"]);
 if (!isRoot()) console.warn("SKIPPED DNS allowlist e2e: needs root for network namespaces (CI runs it as root)");
 
-describe.runIf(canRun)("allowlist mode: unlisted names are NXDOMAIN and never forwarded", () => {
+describe.runIf(canRun)("the real AdGuard Home: unlisted names are blocked and never forwarded; every lookup is evidence", () => {
     let net: TestNet;
     let dir: string;
-    /** A resolver: its configuration, its process, and how that process ended (if it did). */
+    let adguardHome: string;
+    /** A resolver: how it is started, its process, and how that process ended (if it did). */
     interface Resolver {
         name: string;
-        conf: string;
+        argv: string[];
         child: ChildProcess;
         exit?: string;
     }
     /** Each resolver by its address (a restarted one replaces the one that exited). */
     const resolvers = new Map<string, Resolver>();
 
+    function launch(name: string, address: string, argv: string[]) {
+        const stderr = fs.openSync(path.join(dir, `${name}.stderr`), "w");
+        const child = spawn("ip", ["netns", "exec", net.server, ...argv], { stdio: ["ignore", "ignore", stderr] });
+        fs.closeSync(stderr);
+        const resolver: Resolver = { name, argv, child };
+        child.once("exit", (code, signal) => (resolver.exit = `exited (${signal ?? code})`));
+        resolvers.set(address, resolver);
+    }
+
     function dnsmasq(conf: string, name: string, address: string) {
         const file = path.join(dir, `${name}.conf`);
         fs.writeFileSync(file, conf);
-        const stderr = fs.openSync(path.join(dir, `${name}.stderr`), "w");
-        const child = spawn("ip", ["netns", "exec", net.server, "dnsmasq", "--keep-in-foreground", `--conf-file=${file}`, "--user=root", `--log-facility=${path.join(dir, `${name}.log`)}`], { stdio: ["ignore", "ignore", stderr] });
-        fs.closeSync(stderr);
-        const resolver: Resolver = { name, conf, child };
-        child.once("exit", (code, signal) => (resolver.exit = `exited (${signal ?? code})`));
-        resolvers.set(address, resolver);
+        launch(name, address, ["dnsmasq", "--keep-in-foreground", `--conf-file=${file}`, "--user=root", `--log-facility=${path.join(dir, `${name}.log`)}`]);
+    }
+
+    /** The work directory of the AdGuard Home named `name` (its query log and its own log are in data/). */
+    const workOf = (name: string) => path.join(dir, name, "work");
+
+    /** AdGuard Home on `address` with a stack's rendered config (placed by adguardConfig). */
+    function adguard(name: string, address: string, stack: string, upstream: string, uiPort: number, edit?: (c: Record<string, any>) => void) {
+        fs.mkdirSync(workOf(name), { recursive: true });
+        const conf = path.join(dir, name, "AdGuardHome.yaml");
+        fs.writeFileSync(conf, adguardConfig(renderAdguardConfig(readStackFile(stackFile(stack))), address, upstream, workOf(name), uiPort, edit));
+        launch(name, address, [adguardHome, "-c", conf, "-w", workOf(name), "--no-check-update"]);
     }
 
     /** Why a resolver did not answer: its process, its stderr, what listens in the namespace. */
     function whyNotAnswering(address: string): string {
         const resolver = resolvers.get(address)!;
-        const stderr = fs.readFileSync(path.join(dir, `${resolver.name}.stderr`), "utf8").trim();
+        const stderr = fs.readFileSync(path.join(dir, `${resolver.name}.stderr`), "utf8").trim().slice(-2000);
         const listening = inNamespace(net.server, ["ss", "-Hulnp"]).stdout.trim();
         return `the ${resolver.name} resolver on ${address} did not answer: ${resolver.exit ?? "running"}; stderr: ${stderr || "(none)"}; listening: ${listening || "(nothing)"}`;
     }
 
+    /** Waits until the resolver on `address` answers (one that exited is started once more). */
+    async function answering(address: string) {
+        const until = Date.now() + 60_000;
+        let restarted = false;
+        while (lookup(net.server, address, "github.com").status === null) {
+            const resolver = resolvers.get(address)!;
+            if (resolver.exit && !restarted) {
+                // Started once more, with what it said the first time kept in the error below.
+                console.warn(whyNotAnswering(address));
+                launch(resolver.name, address, resolver.argv);
+                restarted = true;
+            } else if (Date.now() > until || resolver.exit) {
+                throw new Error(whyNotAnswering(address));
+            }
+            await new Promise((r) => setTimeout(r, 100));
+        }
+    }
+
     beforeAll(async () => {
+        adguardHome = await buildGoTool("adguardhome", (line) => console.log(line));
         net = createTestNet("dns");
         dir = tempDir("dns");
-        inNamespace(net.server, ["ip", "addr", "add", `${UPSTREAM}/8`, "dev", "lo"]);
+        for (const address of [UPSTREAM, DEAD_UPSTREAM]) inNamespace(net.server, ["ip", "addr", "add", `${address}/8`, "dev", "lo"]);
         // The fake upstream answers every name, and logs every query it receives.
         dnsmasq(["no-resolv", "no-hosts", `listen-address=${UPSTREAM}`, "bind-interfaces", "port=53", "log-queries", `address=/#/${ANSWER}`].join("\n") + "\n", "upstream", UPSTREAM);
         // Another resolver the sandbox must not reach (the server's "public" address).
         dnsmasq(["no-resolv", "no-hosts", `listen-address=${net.serverPublic}`, "bind-interfaces", "port=53", `address=/#/${ANSWER}`].join("\n") + "\n", "other", net.serverPublic);
-        dnsmasq(dnsmasqFromAdguard(renderAdguardConfig(readStackFile(stackFile("prod"))), net.serverTailnet), "allowlist", net.serverTailnet);
         const tailnetLink = inNamespace(net.server, ["ip", "-o", "-4", "addr", "show", "to", net.serverTailnet]).stdout.split(/\s+/)[1];
-        inNamespace(net.server, ["ip", "addr", "add", `${OBSERVE_RESOLVER}/24`, "dev", tailnetLink]);
-        dnsmasq(dnsmasqFromAdguard(renderAdguardConfig(readStackFile(stackFile("dev"))), OBSERVE_RESOLVER), "observe", OBSERVE_RESOLVER);
+        for (const address of [OBSERVE_RESOLVER, FAILING_RESOLVER]) inNamespace(net.server, ["ip", "addr", "add", `${address}/24`, "dev", tailnetLink]);
+        adguard("allowlist", net.serverTailnet, "prod", UPSTREAM, 3001);
+        adguard("observe", OBSERVE_RESOLVER, "dev", UPSTREAM, 3002);
+        adguard("failing", FAILING_RESOLVER, "dev", DEAD_UPSTREAM, 3003);
         // Every resolver answers before the first test (a busy CI machine starts them slowly),
-        // and one that does not fails here with its reason (one CI run timed out here with none).
-        const until = Date.now() + 60_000;
-        for (const server of resolvers.keys()) {
-            let restarted = false;
-            while (lookup(net.server, server, "github.com").status === null) {
-                const resolver = resolvers.get(server)!;
-                if (resolver.exit && !restarted) {
-                    // Started once more, with what it said the first time kept in the error below.
-                    console.warn(whyNotAnswering(server));
-                    dnsmasq(resolver.conf, resolver.name, server);
-                    restarted = true;
-                } else if (Date.now() > until || resolver.exit) {
-                    throw new Error(whyNotAnswering(server));
-                }
-                await new Promise((r) => setTimeout(r, 100));
-            }
-        }
-    }, 120_000);
+        // and one that does not fails here with its reason.
+        for (const address of [UPSTREAM, net.serverPublic, net.serverTailnet, OBSERVE_RESOLVER]) await answering(address);
+    }, 600_000);
 
     afterAll(() => {
         for (const { child } of resolvers.values()) child.kill("SIGTERM");
@@ -120,7 +141,7 @@ describe.runIf(canRun)("allowlist mode: unlisted names are NXDOMAIN and never fo
     function lookup(namespace: string, server: string, name: string, type = "A") {
         const result = inNamespace(namespace, ["dig", `@${server}`, name, type, "+tries=1", "+time=1"]);
         const status = /status: ([A-Z]+)/.exec(result.stdout)?.[1] ?? null;
-        return { status, answer: /\tIN\tA\t(\S+)/.exec(result.stdout)?.[1] };
+        return { status, answer: /\tIN\tA\t(\S+)/.exec(result.stdout)?.[1], answers: Number(/ANSWER: (\d+)/.exec(result.stdout)?.[1] ?? "0") };
     }
 
     /**
@@ -138,12 +159,12 @@ describe.runIf(canRun)("allowlist mode: unlisted names are NXDOMAIN and never fo
 
     it("answers allowlisted names and their subdomains through the upstream", () => {
         for (const name of ["github.com", "api.github.com", "registry.npmjs.org", "files.pythonhosted.org"]) {
-            expect(dig(net.serverTailnet, name), name).toEqual({ status: "NOERROR", answer: ANSWER });
+            expect(dig(net.serverTailnet, name), name).toMatchObject({ status: "NOERROR", answer: ANSWER });
             expect(upstreamSaw(), name).toContain(`query[A] ${name} from`);
         }
     });
 
-    it("answers unlisted names NXDOMAIN and never forwards them: data in labels, look-alikes, parents of listed names", () => {
+    it("blocks unlisted names and never forwards them: data in labels, look-alikes, parents of listed names", () => {
         const unlisted: [string, string][] = [
             ["mzxw6ytboi2ge3lbmq5gk4tlmvzhi.0.t.exfil-collector.net", "TXT"],
             ["s1b0.cdn-tracker.io", "A"],
@@ -153,7 +174,13 @@ describe.runIf(canRun)("allowlist mode: unlisted names are NXDOMAIN and never fo
             ["npmjs.org", "A"],
             ["x.registry.npmjs.org.attacker.io", "AAAA"],
         ];
-        for (const [name, type] of unlisted) expect(dig(net.serverTailnet, name, type).status, name).toBe("NXDOMAIN");
+        // AdGuard Home answers a blocked A or AAAA with NXDOMAIN (blocking_mode), any other type
+        // with an empty NOERROR (and its fake SOA): no answer either way.
+        for (const [name, type] of unlisted) {
+            const answer = dig(net.serverTailnet, name, type);
+            if (type === "A" || type === "AAAA") expect(answer.status, name).toBe("NXDOMAIN");
+            else expect([answer.status, answer.answers], name).toEqual(["NOERROR", 0]);
+        }
         const seen = upstreamSaw();
         for (const [name] of unlisted) expect(seen, name).not.toContain(` ${name} from`);
         expect(seen).not.toMatch(/exfil-collector|cdn-tracker|attacker|evil/);
@@ -180,5 +207,67 @@ describe.runIf(canRun)("allowlist mode: unlisted names are NXDOMAIN and never fo
         expect(inNamespace(net.client, ["nft", "--file", resolver]).stderr).toBe("");
         expect(dig(net.serverPublic, "github.com").status).toBeNull();
         expect(dig(net.serverTailnet, "github.com").status).toBe("NOERROR");
+    });
+
+    /** Waits (up to `seconds`) for names in the reader's view of a log; the names it found. */
+    async function inEvidence(files: string[], names: string[], seconds = 10): Promise<string[]> {
+        const until = Date.now() + seconds * 1000;
+        for (;;) {
+            const seen = new Set(files.filter((f) => fs.existsSync(f)).flatMap((f) => readQueryLog(f).queries.map((q) => q.name)));
+            const found = names.filter((n) => seen.has(n));
+            if (found.length === names.length || Date.now() > until) return found;
+            await new Promise((r) => setTimeout(r, 200));
+        }
+    }
+    const queryLogOf = (name: string) => path.join(workOf(name), "data", "querylog.json");
+    const ownLogOf = (name: string) => path.join(workOf(name), "data", "adguardhome.log");
+    const tag = () => Math.random().toString(36).slice(2, 10);
+
+    it("every lookup, answered or blocked, is in querylog.json within seconds, and a SIGKILL of the resolver loses none of them", async () => {
+        const names = [`ev-${tag()}.github.com`, `ev-${tag()}.example.com`];
+        const started = Date.now();
+        expect(dig(net.serverTailnet, names[0]).status).toBe("NOERROR");
+        expect(dig(net.serverTailnet, names[1]).status).toBe("NXDOMAIN");
+        expect(await inEvidence([queryLogOf("allowlist")], names, 5)).toEqual(names);
+        console.log(`both lookups in querylog.json ${Date.now() - started} ms after the first was asked`);
+        // One more, then the resolver is killed at once: it was written before it was answered.
+        const last = `ev-${tag()}.github.com`;
+        expect(dig(net.serverTailnet, last).status).toBe("NOERROR");
+        resolvers.get(net.serverTailnet)!.child.kill("SIGKILL");
+        await new Promise((r) => setTimeout(r, 500));
+        expect(await inEvidence([queryLogOf("allowlist")], [...names, last], 0)).toEqual([...names, last]);
+        launch("allowlist", net.serverTailnet, resolvers.get(net.serverTailnet)!.argv);
+        await answering(net.serverTailnet);
+    });
+
+    it("with the old size_memory (1000) lookups stay in memory, and a SIGKILL loses them (so the assertion above can fail)", async () => {
+        const tailnetLink = inNamespace(net.server, ["ip", "-o", "-4", "addr", "show", "to", net.serverTailnet]).stdout.split(/\s+/)[1];
+        inNamespace(net.server, ["ip", "addr", "add", "100.100.7.5/24", "dev", tailnetLink]);
+        adguard("buffered", "100.100.7.5", "dev", UPSTREAM, 3005, (c) => (c.querylog.size_memory = 1000));
+        await answering("100.100.7.5");
+        const name = `buf-${tag()}.github.com`;
+        // From the server's side: the sandbox's namespace holds the egress rules by now (resolver 100.100.7.1 only).
+        expect(lookup(net.server, "100.100.7.5", name).status).toBe("NOERROR");
+        expect(await inEvidence([queryLogOf("buffered")], [name], 3)).toEqual([]);
+        resolvers.get("100.100.7.5")!.child.kill("SIGKILL");
+        await new Promise((r) => setTimeout(r, 500));
+        expect(await inEvidence([queryLogOf("buffered")], [name], 0)).toEqual([]);
+    });
+
+    it("a lookup whose upstream fails is answered SERVFAIL and never reaches the query log, but AdGuard's own log names it, and both readers take it", async () => {
+        const name = `fail-${tag()}.exfil-collector.net`;
+        expect(lookup(net.server, FAILING_RESOLVER, name, "TXT").status).toBe("SERVFAIL");
+        expect(await inEvidence([ownLogOf("failing")], [name], 5)).toEqual([name]);
+        expect(await inEvidence([queryLogOf("failing")], [name], 0)).toEqual([]);
+        const failure = readQueryLog(ownLogOf("failing")).queries.find((q) => q.name === name)!;
+        expect(failure).toMatchObject({ type: "TXT", failed: true, client: "" });
+        expect(Math.abs(failure.time.getTime() - Date.now())).toBeLessThan(60_000);
+        // The gateway's reader (airlock-audit show joins these with the command record).
+        const readByAudit = run("/usr/bin/python3", ["-I", "-c", `import runpy, sys; q, n = runpy.run_path(sys.argv[1])["querylog"]([sys.argv[2]]); print([e[2:] for e in q], n)`, AUDIT_PROGRAM, ownLogOf("failing")]);
+        expect(readByAudit.stderr).toBe("");
+        expect(readByAudit.stdout).toContain(`('${name}', 'TXT', False, True)`);
+        // And egress propose (this resolver answered nothing, so it has no query log yet).
+        const proposal = propose("dev", stackFile("dev"), [ownLogOf("failing")]);
+        expect([...proposal.propose, ...proposal.flagged].find((u) => u.domain === "exfil-collector.net")).toMatchObject({ failed: 1 });
     });
 });

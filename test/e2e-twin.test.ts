@@ -67,6 +67,28 @@ describe.runIf(canRun)("the twin", () => {
     const tailnetIp = (role: "gateway" | "sandbox") => asRoot(role, "tailscale ip -4").stdout.trim();
     /** One word for sh: single-quoted. */
     const shq = (text: string) => `'${text.replace(/'/g, `'\\''`)}'`;
+    /**
+     * The names the gateway's resolver has on record, read as the product reads them:
+     * airlock-audit's reader over the files its config names (AdGuard's query log, and
+     * its own log for failed lookups).
+     */
+    const resolvedOnGateway = () => {
+        const reader = [
+            "import json, runpy",
+            'audit = runpy.run_path("/usr/local/sbin/airlock-audit")',
+            'queries, _ = audit["querylog"](json.load(open("/etc/airlock/audit.json"))["querylog"])',
+            'print("\\n".join(q[2] for q in queries))',
+        ].join("\n");
+        return asRoot("gateway", `python3 -I -c ${shq(reader)}`).stdout.split("\n");
+    };
+    /** What explains a DNS path that does not work: both guests' tailnet, the resolver's container and log, the coordinator's log. */
+    const dnsPathState = () =>
+        [
+            ...(["gateway", "sandbox"] as const).map((role) => `${role}: ${asRoot(role, "tailscale status; tailscale ip -4").stdout}`),
+            asRoot("gateway", `runuser -u ${cfg.agent.user} -- env XDG_RUNTIME_DIR=/run/user/${cfg.agent.uid} DOCKER_HOST=unix:///run/user/${cfg.agent.uid}/docker.sock sh -c 'docker ps -a; docker logs --tail 40 airlock-adguard 2>&1'`).stdout,
+            asRoot("gateway", `tail -n 20 /home/${cfg.agent.user}/.local/share/airlock/adguard/work/data/adguardhome.log`).stdout,
+            `coordinator: ${fs.existsSync(path.join(runDirOf(STACK), "coordinator.log")) ? fs.readFileSync(path.join(runDirOf(STACK), "coordinator.log"), "utf8").slice(-3000) : "(no log)"}`,
+        ].join("\n");
     /** Several probes at once, as the agent (one command: each deadline runs beside the others). */
     const probesAsAgent = (targets: [string, number][]) => {
         const script = targets.map(([host, port], i) => `( r=$(${probe(host, port)}); echo "${i} $r" ) &`).join("\n") + "\nwait";
@@ -275,8 +297,7 @@ describe.runIf(canRun)("the twin", () => {
         const gatewayIp = tailnetIp("gateway");
         const name = `twin-${crypto.randomBytes(4).toString("hex")}.example.com`;
         asAgent(`getent hosts ${name}; cat /etc/resolv.conf`);
-        const querylog = asRoot("gateway", `cat /home/${cfg.agent.user}/.local/share/airlock/adguard/work/data/querylog.json`);
-        expect(querylog.stdout).toContain(name);
+        expect(resolvedOnGateway(), dnsPathState()).toContain(name);
         // The sandbox never asked the twin's own DNS (the "public" resolver) for it: no way around the resolver
         // (the gateway's resolver may forward it there; that query comes from the gateway).
         const asked = fs.readFileSync(path.join(runDirOf(STACK), "dnsmasq.log"), "utf8").split("\n").filter((line) => line.includes(name));
@@ -415,7 +436,7 @@ describe.runIf(canRun)("the twin", () => {
         while (!converged && Date.now() - started < 12 * MINUTE) {
             await new Promise((resolve) => setTimeout(resolve, 10_000));
             const ran = asAgent(`getent hosts ${name}; echo ran`, [], MINUTE);
-            converged = ran.stdout.includes("ran") && asRoot("gateway", `cat /home/${cfg.agent.user}/.local/share/airlock/adguard/work/data/querylog.json 2>/dev/null`).stdout.includes(name);
+            converged = ran.stdout.includes("ran") && resolvedOnGateway().includes(name);
         }
         timings.bootOrderConverged = (Date.now() - started) / 1000;
         // What to look at when it did not: the units between the gateway's return and the agent's command.
@@ -424,6 +445,7 @@ describe.runIf(canRun)("the twin", () => {
             : [
                   asRoot("sandbox", "systemctl --no-pager status airlock-tailnet-config.service airlock-egress.service; journalctl --no-pager -b -n 60 -u airlock-tailnet-config.service -u airlock-egress-refresh.service; nft list table inet airlock").stdout,
                   asRoot("gateway", `systemctl --no-pager --failed; tail -c 2000 /home/${cfg.agent.user}/.local/share/airlock/adguard/work/data/querylog.json`).stdout,
+                  dnsPathState(),
                   asAgent(`getent hosts ${name}; echo "getent: $?"`, [], MINUTE).stdout,
               ].join("\n");
         // Within 12 minutes: before the 15-minute egress refresh timer could have helped.

@@ -15,6 +15,8 @@ import { run, toolsAvailable } from "./helpers/tools";
 
 const SAMPLE = path.join(REPO, "test/fixtures/adguard/querylog.sample.json");
 const AGENT_LOG = path.join(REPO, "test/fixtures/adguard/querylog.agent.json");
+/** AdGuard Home's own log, from the real v0.107.63: three lookups whose upstreams failed. */
+const ADGUARD_LOG = path.join(REPO, "test/fixtures/adguard/adguardhome.log");
 
 /** A working copy holding `stacks/` (copies of the shipped stacks), as a user's checkout would. */
 function checkout(): string {
@@ -58,9 +60,39 @@ describe("AdGuard Home's query log", () => {
     });
 });
 
+describe("AdGuard Home's own log: lookups whose upstream failed", () => {
+    it("reads each failed lookup once (one line per upstream tried), in UTC, its name as data; its other lines are not queries", () => {
+        const log = readQueryLog(ADGUARD_LOG);
+        expect(log.unreadable).toBe(0);
+        expect(log.queries.map((q) => [q.name, q.type, q.client, q.blocked, q.failed])).toEqual([
+            ["mfrggzdfmztwq2lknnwg23tpobyxe43u.exfil-collector.net", "TXT", "", false, true],
+            ["api.github.com", "TXT", "", false, true],
+            ['we\\"ird\\\\name.example.org', "TXT", "", false, true],
+        ]);
+        expect(log.queries[0].time.toISOString()).toBe("2026-11-27T17:46:28.970Z");
+    });
+
+    it("counts a failure line that does not read, and keeps the lookups around it", () => {
+        const file = path.join(tempDir("adguard-log"), "adguardhome.log");
+        const lines = fs.readFileSync(ADGUARD_LOG, "utf8").split("\n");
+        const failure = lines.find((l) => l.includes("api.github.com"))!;
+        fs.writeFileSync(file, [failure, failure.replace(/question="[^"]*"/, 'question=";no-type.example.\\tIN"'), failure.replace("17:46:29", "17:46:59")].join("\n"));
+        const log = readQueryLog(file);
+        expect(log.unreadable).toBe(1);
+        expect(log.queries.map((q) => q.time.toISOString())).toEqual(["2026-11-27T17:46:29.123Z", "2026-11-27T17:46:59.123Z"]);
+    });
+
+    it("propose takes both logs; a failed lookup stays with --client (its client is not named), marked as failed", () => {
+        const p = inDir(checkout(), () => propose("dev", "stacks/Pulumi.dev.yaml", [AGENT_LOG, ADGUARD_LOG], "100.100.7.1"));
+        expect(p.queries).toBe(173);
+        expect(p.propose.find((u) => u.domain === "github.com")).toMatchObject({ queries: 48, failed: 1 });
+        expect(p.flagged.find((f) => f.domain === "exfil-collector.net")).toMatchObject({ queries: 41, failed: 1 });
+    });
+});
+
 describe("airlock egress propose", () => {
     it("groups the real sample by registrable domain", () => {
-        const p = inDir(checkout(), () => propose("dev", "stacks/Pulumi.dev.yaml", SAMPLE));
+        const p = inDir(checkout(), () => propose("dev", "stacks/Pulumi.dev.yaml", [SAMPLE]));
         expect(p.propose.map((u) => [u.domain, u.queries, u.blocked])).toEqual([
             ["apple.com", 1, 0],
             ["doubleclick.net", 2, 1],
@@ -71,7 +103,7 @@ describe("airlock egress propose", () => {
     });
 
     it("on an agent's day: the expected domains with counts and first/last seen, exfiltration-shaped names flagged, not proposed", () => {
-        const p = inDir(checkout(), () => propose("dev", "stacks/Pulumi.dev.yaml", AGENT_LOG, "100.100.7.1"));
+        const p = inDir(checkout(), () => propose("dev", "stacks/Pulumi.dev.yaml", [AGENT_LOG], "100.100.7.1"));
         expect(p.queries).toBe(170);
         expect(p.unreadableLines).toBe(2);
         expect(p.propose.map((u) => [u.domain, u.queries])).toEqual([
@@ -98,14 +130,14 @@ describe("airlock egress propose", () => {
         expect(p.skipped).toEqual(["1.7.100.100.in-addr.arpa", "localhost"]);
         expect(p.diff).not.toMatch(/exfil-collector|cdn-tracker/);
         // The other client's query is left out with --client.
-        expect(inDir(checkout(), () => propose("dev", "stacks/Pulumi.dev.yaml", AGENT_LOG)).propose.find((u) => u.domain === "github.com")!.queries).toBe(48);
+        expect(inDir(checkout(), () => propose("dev", "stacks/Pulumi.dev.yaml", [AGENT_LOG])).propose.find((u) => u.domain === "github.com")!.queries).toBe(48);
     });
 
     it.runIf(toolsAvailable("diff application", ["git", "patch"]))("the diff applies cleanly (git apply, patch -p1), changes only the allowlist, and the stack passes the gate", async () => {
         for (const stack of ["dev", "prod"]) {
             const dir = checkout();
             const original = fs.readFileSync(path.join(dir, "stacks", `Pulumi.${stack}.yaml`), "utf8");
-            const p = inDir(dir, () => propose(stack, `stacks/Pulumi.${stack}.yaml`, AGENT_LOG, "100.100.7.1"));
+            const p = inDir(dir, () => propose(stack, `stacks/Pulumi.${stack}.yaml`, [AGENT_LOG], "100.100.7.1"));
             // Proposing never applies.
             expect(fs.readFileSync(path.join(dir, "stacks", `Pulumi.${stack}.yaml`), "utf8")).toBe(original);
             const diff = path.join(dir, "proposal.diff");

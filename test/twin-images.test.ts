@@ -14,6 +14,7 @@ import { planStack } from "../cli/offline";
 import { COMPOSE_TEMPLATE_PATH } from "../components/render/hosts";
 import { buildTwinImages, TwinImage, twinImageAnswers, twinImageList, twinImages, twinRegistryNames } from "../twin/images";
 import { fillRegistry, RunningRegistry, startRegistry } from "../twin/registry";
+import { twinResolverUpstreams } from "../twin/userdata";
 import { startDockerd, TestDocker } from "./helpers/dockerd";
 import { inNamespace } from "./helpers/netns";
 import { deployedValues, editedStack, renderHosts, resourceNamed, SHIPPED_STACKS, stackFile } from "./helpers/stacks";
@@ -234,13 +235,14 @@ describe.runIf(canRun)("the twin's images and registry", () => {
         expect(JSON.parse(version.stdout).webSocketDebuggerUrl).toMatch(/^ws:\/\//);
     });
 
-    it("the gateway compose runs the resolver stand-in, which answers, blocks and logs every query in AdGuard's format", () => {
+    it("the gateway compose runs the real AdGuard Home, which answers, blocks and logs every query", () => {
         // The gateway's rendered files (ssh config, Hermes's managed files...) under a root of the test's own.
         installFiles(renderHosts(prod).gateway, root);
         const data = path.join(root, adguardDataDir(prod));
         fs.mkdirSync(path.join(data, "conf"), { recursive: true });
         fs.mkdirSync(path.join(data, "work"), { recursive: true });
-        fs.writeFileSync(path.join(data, "conf", "AdGuardHome.yaml"), renderAdguardConfig(prod));
+        // As in the twin: the real AdGuard Home asks the twin's resolver (here, the fake upstream) in plain DNS.
+        fs.writeFileSync(path.join(data, "conf", "AdGuardHome.yaml"), twinResolverUpstreams(renderAdguardConfig(prod), UPSTREAM));
         const doc = YAML.parse(renderGatewayCompose(prod, pinnedImages(prod, prodPinned)).replaceAll("@TAILNET_IPV4@", TAILNET));
         // Host paths move under the test's root; what is not rendered there is made empty.
         const hostPath = (p: string) => path.join(root, p);
@@ -279,7 +281,7 @@ describe.runIf(canRun)("the twin's images and registry", () => {
             run("sleep", ["1"]);
             allowed = dig("api.github.com", TAILNET);
         }
-        // prod is in allowlist mode: github.com's subdomains are forwarded (to the container's resolver, then the fake upstream)...
+        // prod is in allowlist mode: github.com's subdomains are forwarded (to the fake upstream)...
         expect(allowed.stdout, `${allowed.stderr} ${dockerd!.docker(["logs", "airlock-adguard"]).stderr}`).toContain("status: NOERROR");
         expect(allowed.stdout).toMatch(new RegExp(`api\\.github\\.com\\.\\s+\\d+\\s+IN\\s+A\\s+${UPSTREAM_ANSWER.replaceAll(".", "\\.")}`));
         // ...everything else is blocked...
@@ -355,7 +357,7 @@ describe("the twin's image list", () => {
             ["chromedp/headless-shell:stable", "browser"],
             ["postgres:16-bookworm", "postgres"],
             ["redis:7-bookworm", "redis"],
-            ["adguard/adguardhome:v0.107.52", "resolver"],
+            ["adguard/adguardhome:v0.107.63", "resolver"],
             ["nousresearch/hermes-agent:latest", "agent"],
             ["pgvector/pgvector:pg15", "postgres"],
         ]);

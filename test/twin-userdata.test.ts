@@ -4,8 +4,8 @@ import * as path from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { OFFLINE_DIGEST, planStack } from "../cli/offline";
 import { collectArtifacts } from "../cli/plan";
-import { GuestRole } from "../twin/contract";
-import { pinTailscaleKey, renderDeployment, substitutions, TwinDeployment } from "../twin/userdata";
+import { GuestRole, HOST_ADDRESS } from "../twin/contract";
+import { pinTailscaleKey, renderDeployment, substitutions, TwinDeployment, twinResolverUpstreams } from "../twin/userdata";
 import { tempDir } from "./helpers/stacks";
 
 /**
@@ -50,6 +50,7 @@ describe("the twin's user_data", () => {
             path.join(dir, "render"),
         );
         for (const role of ROLES) twin.userData[role] = pinTailscaleKey(twin.userData[role], fingerprint);
+        twin.userData.gateway = twinResolverUpstreams(twin.userData.gateway, HOST_ADDRESS);
     }, 60_000);
 
     /** What each kind of line becomes at deploy time in the twin. */
@@ -60,6 +61,7 @@ describe("the twin's user_data", () => {
         if (line.includes('"@SANDBOX_HOST_KEY@"')) return { kind: "sandbox host key", line: line.replace('"@SANDBOX_HOST_KEY@"', JSON.stringify(hostKey.priv)) };
         if (line.includes("@SANDBOX_HOST_PUBLIC_KEY@")) return { kind: "sandbox host public key", line: line.replace("@SANDBOX_HOST_PUBLIC_KEY@", hostKey.pub) };
         if (/readonly FINGERPRINT="[0-9A-F]{40}"/.test(line)) return { kind: "Tailscale key fingerprint", line: line.replace(/"[0-9A-F]{40}"/, `"${fingerprint}"`) };
+        if (role === "gateway" && /^\s+(upstream_dns|bootstrap_dns): \[.+\]$/.test(line)) return { kind: "resolver upstreams", line: line.replace(/\[.+\]$/, `["${HOST_ADDRESS}"]`) };
         if (/^\s+restrict ssh-ed25519 \S+ \S+$/.test(line)) return { kind: "agent's authorized key", line: line.replace(/ssh-ed25519 \S+ \S+$/, `${agentKey.pub} twin-gateway-agent`) };
         return undefined;
     }
@@ -75,7 +77,7 @@ describe("the twin's user_data", () => {
         }
         const always = ["join key", "image digest", "Tailscale key fingerprint"];
         expect([...kinds].sort()).toEqual(
-            (role === "gateway" ? [...always, "sandbox host public key"] : [...always, "sandbox host key", "sandbox host public key", "agent's authorized key"]).sort(),
+            (role === "gateway" ? [...always, "sandbox host public key", "resolver upstreams"] : [...always, "sandbox host key", "sandbox host public key", "agent's authorized key"]).sort(),
         );
         // Same length in lines: nothing added or dropped.
         expect(twin.userData[role].split("\n").length).toBe(planned[role].split("\n").length);

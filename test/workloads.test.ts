@@ -144,7 +144,19 @@ const adguardConfig = z.strictObject({
         anonymize_client_ip: z.literal(false),
     }),
     tls: z.strictObject({ enabled: z.literal(false) }),
-    querylog: z.strictObject({ enabled: z.literal(true), file_enabled: z.literal(true), interval: z.string().regex(/^\d+h$/), size_memory: z.number(), ignored: z.array(z.string()) }),
+    // Every lookup written as it is answered (test/e2e-dns.test.ts shows what 1000 loses).
+    querylog: z.strictObject({ enabled: z.literal(true), file_enabled: z.literal(true), interval: z.string().regex(/^\d+h$/), size_memory: z.literal(1), ignored: z.array(z.string()) }),
+    // AdGuard's own log, in its work dir and in UTC: where failed lookups are named.
+    log: z.strictObject({
+        enabled: z.literal(true),
+        file: z.literal("/opt/adguardhome/work/data/adguardhome.log"),
+        max_backups: z.number().int(),
+        max_size: z.number().int(),
+        max_age: z.number().int(),
+        compress: z.boolean(),
+        local_time: z.literal(false),
+        verbose: z.literal(false),
+    }),
     statistics: z.strictObject({ enabled: z.boolean(), interval: z.string() }),
     filtering: z.strictObject({ protection_enabled: z.literal(true), filtering_enabled: z.literal(true), blocking_mode: z.string() }),
     filters: z.array(z.unknown()),
@@ -160,6 +172,14 @@ describe("AdGuard Home", () => {
         const parsed = adguardConfig.parse(YAML.parse(fileOf(renderHosts(cfg).gateway, "/etc/airlock/adguard/AdGuardHome.yaml")));
         expect(parsed.dns.upstream_dns).toEqual(cfg.dns.upstreams);
         expect(parsed.querylog.interval).toBe(`${cfg.dns.queryLogDays * 24}h`);
+    });
+
+    it("another AdGuard Home release is refused with one line (the rendered schema is the pinned release's); a mirror of the pinned one or a digest is taken", () => {
+        const problems = problemsOf((c) => (c["airlock:workloads"].adguard = { image: "adguard/adguardhome:v0.107.52" }));
+        expect(problems).toHaveLength(1);
+        expect(problems[0]).toMatch(/airlock:workloads\.adguard\.image: airlock renders AdGuard Home's config for v0\.107\.63 \(schema 29\)/);
+        expect(problemsOf((c) => (c["airlock:workloads"].adguard = { image: "registry.example/mirror/adguardhome:v0.107.63" }))).toEqual([]);
+        expect(problemsOf((c) => (c["airlock:workloads"].adguard = { image: `registry.example/adguardhome@sha256:${"ab".repeat(32)}` }))).toEqual([]);
     });
 
     it("observe mode blocks nothing; allowlist mode blocks everything but the listed domains", () => {

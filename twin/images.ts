@@ -1,4 +1,3 @@
-import { spawn } from "node:child_process";
 import * as crypto from "node:crypto";
 import * as fs from "node:fs";
 import * as path from "node:path";
@@ -7,6 +6,8 @@ import { TEMPLATES_DIR } from "../components/render/templates";
 import { BUILT_SANDBOX_SHELL_PLACEHOLDER } from "../components/workloads/compose";
 import { configuredImages } from "../components/workloads/images";
 import { TWIN_CACHE_DIR } from "./contract";
+import { buildGoTool, GO_TOOLS, goToolKey, type GoToolName } from "./gotools";
+import { runLogged } from "./logged";
 
 /**
  * The images the stack's compose files run, built for the twin from Debian's
@@ -246,7 +247,7 @@ export function recipeKey(recipe: Recipe): string {
         const settings = RECIPE_CONTEXT.debian;
         if (recipe !== "debian") hashDirectory(hash, settings);
         hash.update(JSON.stringify([debianArgs(recipe).map((arg) => arg.replaceAll(settings, "")), sources(RECIPE_CONTEXT[recipe])]));
-    } else hash.update(JSON.stringify(BUILDAH_BUILD) + recipeKey(baseOf(recipe)));
+    } else hash.update(JSON.stringify(BUILDAH_BUILD) + recipeKey(baseOf(recipe)) + (RECIPE_GO_TOOLS[recipe] ?? []).map(goToolKey).join(" "));
     return hash.digest("hex").slice(0, 16);
 }
 
@@ -294,15 +295,7 @@ async function buildRecipeUncached(recipe: Recipe, log: Log, cacheDir: string): 
             fs.copyFileSync(path.join(RECIPE_CONTEXT[recipe], "Dockerfile"), path.join(context, "Dockerfile"));
             await runLogged("mmdebstrap", [...debianArgs(recipe), path.join(context, "rootfs.tar"), ...sources(RECIPE_CONTEXT[recipe])], buildLog);
         } else {
-            if (fs.existsSync(path.join(context, PYTHON_REQUIREMENTS))) {
-                // The recipe's Python packages, downloaded here (the build has no certificate for a
-                // proxy between it and PyPI); the build installs them by their pinned hashes.
-                const wheels = await pythonWheels(path.join(context, PYTHON_REQUIREMENTS), cacheDir, buildLog);
-                const copy = path.join(staging, "context");
-                fs.cpSync(context, copy, { recursive: true });
-                fs.cpSync(wheels, path.join(copy, "wheels"), { recursive: true });
-                context = copy;
-            }
+            context = await withBuiltInputs(recipe, context, path.join(staging, "context"), cacheDir, buildLog, log);
             // FROM debian:<suite>-slim finds the stand-in in this build's own storage.
             const id = (await buildah(["pull", "--quiet", `oci:${base!.layout}:${LAYOUT_REF}`])).trim().split("\n").pop()!;
             await buildah(["tag", id, `docker.io/library/debian:${DEBIAN_SUITES[baseOf(recipe)]}-slim`]);
@@ -332,6 +325,27 @@ async function buildRecipeUncached(recipe: Recipe, log: Log, cacheDir: string): 
         runLogged("buildah", ["--root", path.join(staging, "storage"), "--runroot", path.join(staging, "run"), "rm", "--all"], "/dev/null").catch(() => undefined);
         throw new Error(`twin image ${recipe}: ${(err as Error).message}\n${tail}\n(build left in ${staging})`);
     }
+}
+
+/** Programs built from their Go modules (twin/gotools.ts) that a recipe's Dockerfile copies from its context. */
+const RECIPE_GO_TOOLS: Partial<Record<Recipe, GoToolName[]>> = { resolver: ["adguardhome"] };
+
+/**
+ * A recipe's build context: its own files, and what is made for it on this machine
+ * (the build itself reaches no network but the Debian mirror's): wheels/ for its
+ * pinned Python packages, and each Go program it names. The recipe's own folder when
+ * it needs neither.
+ */
+async function withBuiltInputs(recipe: Recipe, context: string, copy: string, cacheDir: string, buildLog: string, log: Log): Promise<string> {
+    const requirements = path.join(context, PYTHON_REQUIREMENTS);
+    const tools = RECIPE_GO_TOOLS[recipe] ?? [];
+    if (!fs.existsSync(requirements) && tools.length === 0) return context;
+    fs.cpSync(context, copy, { recursive: true });
+    // The recipe's Python packages, downloaded here (the build has no certificate for a
+    // proxy between it and PyPI); the build installs them by their pinned hashes.
+    if (fs.existsSync(requirements)) fs.cpSync(await pythonWheels(requirements, cacheDir, buildLog), path.join(copy, "wheels"), { recursive: true });
+    for (const tool of tools) fs.copyFileSync(await buildGoTool(tool, log, cacheDir), path.join(copy, GO_TOOLS[tool].binary));
+    return copy;
 }
 
 /** A recipe's pinned Python packages (pip's --require-hashes file), installed by its Dockerfile from wheels/. */
@@ -401,25 +415,3 @@ function layoutDigest(layout: string): string {
     return manifest.digest;
 }
 
-/** Runs a tool with its output appended to `logFile`; resolves with its stdout, rejects naming the tool on failure. */
-export function runLogged(cmd: string, args: string[], logFile: string, env: NodeJS.ProcessEnv = process.env): Promise<string> {
-    return new Promise((resolve, reject) => {
-        const log = fs.openSync(logFile, "a");
-        fs.writeSync(log, `$ ${cmd} ${args.join(" ")}\n`);
-        const child = spawn(cmd, args, { stdio: ["ignore", "pipe", log], env });
-        let stdout = "";
-        child.stdout!.on("data", (chunk: Buffer) => {
-            stdout += chunk.toString();
-            fs.writeSync(log, chunk);
-        });
-        child.on("error", (err) => {
-            fs.closeSync(log);
-            reject(new Error(`${cmd}: ${err.message}`));
-        });
-        child.on("close", (code, signal) => {
-            fs.closeSync(log);
-            if (code === 0) resolve(stdout);
-            else reject(new Error(`${cmd} ${args.slice(0, 6).join(" ")}... exited with ${code ?? signal}`));
-        });
-    });
-}

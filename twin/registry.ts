@@ -2,7 +2,8 @@ import { spawn, spawnSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import * as YAML from "yaml";
-import { runLogged, type Log, type TwinImage, LAYOUT_REF } from "./images";
+import { type Log, type TwinImage, LAYOUT_REF } from "./images";
+import { runLogged } from "./logged";
 
 /**
  * The twin's registry: Debian's docker-registry (distribution), in the twin's

@@ -1,7 +1,7 @@
 import { spawnSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { GUESTS, GuestRole } from "./contract";
+import { GUESTS, GuestRole, HOST_ADDRESS } from "./contract";
 import {
     agentWorkloadsState,
     consoleLog,
@@ -21,7 +21,7 @@ import { publishMetadata, startMetadataService, stopMetadataService } from "./me
 import { createNetwork, destroyNetwork, firewallOn, netnsExists, NotReadyError, runDirOf, setFirewall, TwinError, writeFirewall } from "./network";
 import type { ExecOptions, ExecResult } from "./qga";
 import { bootFiles, registryNames, startStandIns, StandIns, stopStandIns } from "./standins";
-import { pinTailscaleKey, renderDeployment, TwinDeployment } from "./userdata";
+import { pinTailscaleKey, renderDeployment, TwinDeployment, twinResolverUpstreams } from "./userdata";
 
 /**
  * `airlock twin`: both hosts of a stack as QEMU guests on this machine, booted
@@ -119,6 +119,7 @@ export async function renderForTwin(stack: string, stackFile: string, standIns: 
         path.join(runDirOf(stack), "render"),
     );
     for (const role of Object.keys(GUESTS) as GuestRole[]) deployment.userData[role] = pinTailscaleKey(deployment.userData[role], standIns.tailscaleKeyFingerprint);
+    deployment.userData.gateway = twinResolverUpstreams(deployment.userData.gateway, HOST_ADDRESS);
     return deployment;
 }
 

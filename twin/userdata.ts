@@ -15,9 +15,10 @@ import type { FirewallRule } from "./network";
  *   - the sandbox's ssh host key pair (tls.PrivateKey: generated once per twin),
  *   - the gateway agent's authorized key on the sandbox (a real first deploy's
  *     second `pulumi up`, README "Deploy for real"),
- * and one substitution that is not a deploy-time value: airlock-install-tailscale's
+ * and two substitutions that are not deploy-time values: airlock-install-tailscale's
  * pinned repository key fingerprint, for the twin's key that signs its stand-in
- * repository (see pinTailscaleKey).
+ * repository (see pinTailscaleKey), and the gateway resolver's upstreams (see
+ * twinResolverUpstreams).
  */
 
 export interface DeployTimeValues {
@@ -121,6 +122,22 @@ export function pinTailscaleKey(userData: string, fingerprint: string): string {
     const matches = userData.match(new RegExp(PINNED_FINGERPRINT.source, "g")) ?? [];
     if (matches.length !== 1) throw new Error(`expected one pinned Tailscale key fingerprint in user_data, found ${matches.length}`);
     return userData.replace(PINNED_FINGERPRINT, (_, before: string, __: string, after: string) => `${before}${fingerprint}${after}`);
+}
+
+/** The upstreams of the gateway's AdGuard Home, as the plan renders them (inside its AdGuardHome.yaml). */
+const RESOLVER_UPSTREAMS = /^(\s+)(upstream_dns|bootstrap_dns): \[.*\]$/gm;
+
+/**
+ * The other change beyond deploy-time values, on the gateway: its AdGuard Home (the
+ * real one) asks the twin's resolver, in plain DNS, in place of the stack's encrypted
+ * upstreams and their bootstrap resolvers, which nothing in the twin answers (a DoH
+ * server would need a certificate the real image does not trust). Exactly both lines.
+ */
+export function twinResolverUpstreams(userData: string, resolver: string): string {
+    if (!/^\d+\.\d+\.\d+\.\d+$/.test(resolver)) throw new Error(`not an IPv4 address: ${resolver}`);
+    const found = userData.match(RESOLVER_UPSTREAMS) ?? [];
+    if (found.length !== 2) throw new Error(`expected AdGuard Home's upstream_dns and bootstrap_dns in the gateway's user_data, found ${found.length} lines`);
+    return userData.replace(RESOLVER_UPSTREAMS, (_, indent: string, key: string) => `${indent}${key}: ["${resolver}"]`);
 }
 
 /** One line where the twin's user_data differs from the plan's. */

@@ -8,11 +8,11 @@ export function define(command: Command, cli: Cli) {
     command
         .addArgument(new Argument("<action>", "propose: the allowlist change, as a diff of the stack file (never applied)").choices(["propose"]))
         .requiredOption("--stack <name>", "the stack whose airlock:dns.allowlist to extend")
-        .requiredOption("--from <querylog>", "AdGuard Home's querylog.json (JSON lines)")
+        .requiredOption("--from <log>", "AdGuard Home's querylog.json, and its adguardhome.log for failed lookups (repeatable)", (file: string, files: string[] = []) => [...files, file])
         .option("--client <ip>", "only queries from this client (the sandbox's tailnet address)")
         .option("--out <file>", "where to write the diff (default: out/<stack>/dns-allowlist.diff)")
         .option("--json", "machine-readable output (the diff included)");
-    return async (_action: "propose", opts: { stack: string; from: string; client?: string; out?: string; json?: boolean }) => {
+    return async (_action: "propose", opts: { stack: string; from: string[]; client?: string; out?: string; json?: boolean }) => {
         const { formatProposal, propose } = await import("../egress");
         const proposal = propose(opts.stack, stackFilePath(cli.stacksDir, opts.stack), opts.from, opts.client);
         let diffFile: string | undefined;

@@ -26,6 +26,9 @@ export const SERVER_TYPES = [
     "ccx13", "ccx23", "ccx33", "ccx43", "ccx53", "ccx63",
 ] as const;
 
+/** The AdGuard Home release templates/adguard/AdGuardHome.yaml is written for (its schema_version: 29). */
+export const ADGUARD_HOME_VERSION = "v0.107.63";
+
 export const LOCATIONS = ["fsn1", "nbg1", "hel1", "ash", "hil", "sin"] as const;
 
 /** The variable a client sets to pick its session (per-session mode). */
@@ -128,7 +131,15 @@ const workloads = z
             .prefault({}),
         services: z.array(userService).default([]),
         /** AdGuard Home on the gateway, the sandbox's resolver. */
-        adguard: z.strictObject({ image: image.default("adguard/adguardhome:v0.107.52") }).prefault({}),
+        adguard: z
+            .strictObject({
+                image: image
+                    .default(`adguard/adguardhome:${ADGUARD_HOME_VERSION}`)
+                    .refine((ref) => !/:v?\d+\.\d+\.\d+/.test(ref.split("@")[0]) || ref.split("@")[0].endsWith(`:${ADGUARD_HOME_VERSION}`), {
+                        message: `airlock renders AdGuard Home's config for ${ADGUARD_HOME_VERSION} (schema 29), which another release may refuse: use that release (or your mirror of it)`,
+                    }),
+            })
+            .prefault({}),
     })
     .superRefine((w, ctx) => {
         if (!w.registry && !w.sandboxShell.image) {

@@ -551,12 +551,13 @@ function backupFiles(cfg: StackConfig): HostFile[] {
 /**
  * The sandbox's command record comes to the gateway over the same pinned ssh path
  * as the backups, every 5 minutes; airlock-audit keeps only what extends the chain
- * it already holds. The querylog of AdGuard Home (and its rotated half) is joined
- * by `airlock-audit show`.
+ * it already holds. The querylog of AdGuard Home (and its rotated half), and its own
+ * log's failed lookups, are joined by `airlock-audit show`.
  */
 function auditFiles(cfg: StackConfig): HostFile[] {
-    const querylog = `${adguardDataDir(cfg)}/work/data/querylog.json`;
-    const settings = { dir: AUDIT_DIR, ssh: rootSandboxSsh(cfg), querylog: [`${querylog}.1`, querylog] };
+    const data = `${adguardDataDir(cfg)}/work/data`;
+    // AdGuard's own log names the lookups whose upstream failed, which its query log never holds.
+    const settings = { dir: AUDIT_DIR, ssh: rootSandboxSsh(cfg), querylog: [`${data}/querylog.json.1`, `${data}/querylog.json`, `${data}/adguardhome.log`] };
     return [
         { path: "/usr/local/sbin/airlock-audit", content: renderTemplate("audit/airlock-audit", {}), permissions: "0755" },
         { path: AUDIT_CONFIG_PATH, content: `${JSON.stringify(settings, null, 2)}\n`, permissions: "0644" },

@@ -327,6 +327,7 @@ export function renderAdguardConfig(cfg: StackConfig): string {
         upstreams: JSON.stringify(upstreams),
         bootstrap: JSON.stringify(bootstrap),
         queryLogInterval: JSON.stringify(`${queryLogDays * 24}h`),
+        queryLogDays: String(queryLogDays),
         userRules: JSON.stringify(rules),
     });
 }
