@@ -5,7 +5,7 @@ import { getDomain } from "tldts";
 import * as YAML from "yaml";
 import { readStackFile } from "../components/config/load";
 import { ConfigError } from "../policies/contract";
-import { Query, readQueryLog } from "./querylog";
+import { mergeEvidence, Query, readQueryLog } from "./querylog";
 
 /**
  * `airlock egress propose --stack S --from QUERYLOG`: from what the agent really
@@ -116,15 +116,15 @@ function use(domain: string, queries: Query[]): DomainUse {
 }
 
 /**
- * `querylogs`: AdGuard Home's query log and its own log (failed lookups), in any
- * order. A failed lookup names no client (AdGuard's log does not), so `client` keeps
+ * `querylogs`: AdGuard Home's query log, its own log (failed lookups) and the
+ * gateway's capture of every query, in any order (one entry per lookup across them). A failed lookup names no client (AdGuard's log does not), so `client` keeps
  * it: only tailnet clients are allowed to the resolver at all.
  */
 export function propose(stack: string, stackFile: string, querylogs: string[], client?: string): Proposal {
     const cfg = readStackFile(stackFile);
     const current = cfg.dns.allowlist;
     const logs = querylogs.map(readQueryLog);
-    const all = logs.flatMap((l) => l.queries);
+    const all = mergeEvidence(logs.flatMap((l) => l.queries));
     const queries = client ? all.filter((q) => q.client === client || q.failed) : all;
     const { byDomain, skipped } = group(queries);
     const proposal: Omit<Proposal, "allowlist" | "diff"> = {

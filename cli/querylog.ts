@@ -16,6 +16,12 @@ import { ConfigError } from "../policies/contract";
  * question=";name.\tIN\t A" ...`, in UTC, without the client. Lines of that log are
  * read too: a failure becomes a query with `failed` set (one per lookup, however many
  * upstreams were tried), and its other lines are not queries.
+ *
+ * And the gateway's capture of every DNS query from the tailnet (tcpdump's lines,
+ * `/var/log/airlock/dns-queries.log`): `1795802757.277416 IP 100.100.7.1.51364 >
+ * 100.100.7.2.53: 39088+ [1au] TXT? name.example. (65)`. It holds the lookups
+ * AdGuard's logs miss (its ring buffer overwritten under load, a resolver that died);
+ * `mergeEvidence` keeps one entry per lookup across the files.
  */
 export interface Query {
     time: Date;
@@ -26,6 +32,8 @@ export interface Query {
     blocked: boolean;
     /** Its upstream failed: AdGuard answered SERVFAIL, and the name left for the upstream. */
     failed: boolean;
+    /** Seen only in the gateway's capture: neither of AdGuard's logs has it (whether it was answered is not known). */
+    unlogged: boolean;
 }
 
 export const MAX_QUERYLOG_LINE = 64 * 1024;
@@ -47,6 +55,13 @@ export function readQueryLog(file: string): QueryLog {
     let unreadable = 0;
     const take = (line: string) => {
         if (line.trim() === "") return;
+        const captured = CAPTURE_LINE.exec(line);
+        if (captured) {
+            const query = parseCaptured(captured);
+            if (query === "unreadable") unreadable++;
+            else if (query) queries.push(query);
+            return;
+        }
         const logLine = ADGUARD_LOG_LINE.exec(line);
         if (logLine) {
             const failure = parseFailure(logLine);
@@ -101,7 +116,7 @@ function parseQuery(line: string): Query | undefined {
     const name = QH.toLowerCase().replace(/\.$/, "");
     if (name.length === 0 || name.length > 253) return undefined;
     const blocked = typeof Result === "object" && Result !== null && (Result as Record<string, unknown>).IsFiltered === true;
-    return { time, client: IP, name, type: QT, blocked, failed: false };
+    return { time, client: IP, name, type: QT, blocked, failed: false, unlogged: false };
 }
 
 /** A line of AdGuard Home's own log: its UTC time, its level, the rest. */
@@ -125,9 +140,49 @@ function parseFailure(line: RegExpExecArray): Query | undefined | "unreadable" {
     const parts = /^;(.+?)\.?\tIN\t (\w+)$/.exec(question);
     const name = parts?.[1].toLowerCase() ?? "";
     if (Number.isNaN(time.getTime()) || !parts || name.length === 0 || name.length > 253) return "unreadable";
-    return { time, client: "", name, type: parts[2], blocked: false, failed: true };
+    return { time, client: "", name, type: parts[2], blocked: false, failed: true, unlogged: false };
 }
 
 /** The same lookup again within seconds: dnsproxy logs a failure per upstream it tried. */
 const sameLookup = (previous: Query | undefined, next: Query) =>
     previous?.failed === true && previous.name === next.name && previous.type === next.type && Math.abs(next.time.getTime() - previous.time.getTime()) <= 5000;
+
+/** A line of the gateway's capture: its time (seconds since the epoch, UTC), the client, the rest. */
+const CAPTURE_LINE = /^(\d{9,11})\.(\d{6}) IP (\d{1,3}(?:\.\d{1,3}){3})\.\d{1,5} > \d{1,3}(?:\.\d{1,3}){3}\.53: (.*)$/;
+/** The DNS query tcpdump prints (print-domain.c): id, flags, [options], TYPE? name. (size). Over TCP after the segment's header. */
+const CAPTURED_QUERY = /^(?:Flags \[[^\]]*\], .*?length \d+:? )?\d+\S* (?:\[[^\]]*\] )*([A-Za-z0-9]+)\? (.*)\. \(\d+\)$/;
+
+/** A captured query; undefined for a TCP segment without data; "unreadable" for a packet whose query does not decode. */
+function parseCaptured(line: RegExpExecArray): Query | undefined | "unreadable" {
+    const [, seconds, micros, client, rest] = line;
+    if (/^Flags \[[^\]]*\], .*length 0$/.test(rest)) return undefined;
+    const query = CAPTURED_QUERY.exec(rest);
+    const name = query?.[2].toLowerCase() ?? "";
+    if (!query || name.length === 0 || name.length > 253) return "unreadable";
+    return { time: new Date(Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)), client, name, type: query[1], blocked: false, failed: false, unlogged: true };
+}
+
+/** How far apart the capture's time and AdGuard's may be for one lookup. */
+const SAME_LOOKUP_MS = 2000;
+
+/**
+ * One entry per lookup, in time order: a captured query that AdGuard logged too (same
+ * name and type, the same client or one AdGuard did not name, within 2 s) is that
+ * entry; the rest stay, marked `unlogged`. A failed lookup gets its client from the capture.
+ */
+export function mergeEvidence(queries: Query[]): Query[] {
+    const sorted = [...queries].sort((a, b) => a.time.getTime() - b.time.getTime());
+    const logged = sorted.filter((q) => !q.unlogged);
+    const matched = new Set<Query>();
+    const out = [...logged];
+    for (const captured of sorted.filter((q) => q.unlogged)) {
+        const same = logged.find(
+            (q) => !matched.has(q) && q.name === captured.name && q.type === captured.type && (q.client === captured.client || q.client === "") && Math.abs(q.time.getTime() - captured.time.getTime()) <= SAME_LOOKUP_MS,
+        );
+        if (same) {
+            matched.add(same);
+            if (same.client === "") same.client = captured.client;
+        } else out.push(captured);
+    }
+    return out.sort((a, b) => a.time.getTime() - b.time.getTime());
+}

@@ -247,6 +247,24 @@ describe.runIf(toolsAvailable("airlock-audit", ["socat", "systemd-socket-activat
         expect(withFailures.querylogUnreadableLines).toBe(1);
         expect(audit(["--dir", records, "show", "--querylog", adguardLog]).stdout).toContain("mfrggzdf.exfil-collector.net TXT (failed upstream)");
 
+        // The gateway's capture (tcpdump's lines, as test/fixtures/adguard/dns-queries.log): the lookups AdGuard
+        // logged are the same entries (github.com once, the failure now with its client), the one it lost is kept.
+        const epoch = (ms: number) => {
+            const t = Date.parse(step3.time) + ms;
+            return `${Math.floor(t / 1000)}.${String((t % 1000) * 1000).padStart(6, "0")}`;
+        };
+        const captured = (ms: number, name: string, type = "A") => `${epoch(ms)} IP 100.100.7.1.41234 > 100.100.7.2.53: 4242+ [1au] ${type}? ${name}. (51)`;
+        const capture = path.join(dir, "dns-queries.log");
+        fs.writeFileSync(capture, [captured(4, "github.com"), captured(7, "mfrggzdf.exfil-collector.net", "TXT"), captured(8, "lost.example")].join("\n") + "\n");
+        const all = JSON.parse(audit(["--dir", records, "show", "--json", "--querylog", log, "--querylog", adguardLog, "--querylog", capture]).stdout);
+        const merged = all.records.find((r: any) => r.command === "step 3").dns;
+        expect(merged.map((d: any) => [d.name, d.blocked, d.failed, d.unlogged])).toEqual([
+            ["github.com", false, false, false],
+            ["evil.example", true, false, false],
+            ["mfrggzdf.exfil-collector.net", false, true, false],
+            ["lost.example", false, false, true],
+        ]);
+
         // Hostile text from the sandbox reaches the terminal escaped.
         sb.command("printf done\x1b[2K\r\x1b]0;owned\x07");
         fs.copyFileSync(sb.broker.recordFile, path.join(records, "record.jsonl"));
@@ -278,7 +296,13 @@ describe.runIf(toolsAvailable("airlock-audit", ["socat", "systemd-socket-activat
         expect(JSON.parse(renderedFile(gatewayHost, AUDIT_CONFIG_PATH))).toEqual({
             dir: "/var/lib/airlock/audit",
             ssh: ["runuser", "-u", "agent", "--", "ssh", "-F", "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf", "-o", "ControlPath=none", "sandbox"],
-            querylog: ["/home/agent/.local/share/airlock/adguard/work/data/querylog.json.1", "/home/agent/.local/share/airlock/adguard/work/data/querylog.json", "/home/agent/.local/share/airlock/adguard/work/data/adguardhome.log"],
+            querylog: [
+                "/home/agent/.local/share/airlock/adguard/work/data/querylog.json.1",
+                "/home/agent/.local/share/airlock/adguard/work/data/querylog.json",
+                "/home/agent/.local/share/airlock/adguard/work/data/adguardhome.log",
+                "/var/log/airlock/dns-queries.log.1",
+                "/var/log/airlock/dns-queries.log",
+            ],
         });
         expect(renderedFile(gatewayHost, "/etc/systemd/system/airlock-audit-pull.service")).toMatch(/OnFailure=airlock-alert@%n\.service[\s\S]*ExecStart=\/usr\/local\/sbin\/airlock-audit pull/);
         expect(renderedFile(gatewayHost, "/etc/systemd/system/airlock-audit-pull.timer")).toContain("OnCalendar=*:0/5");

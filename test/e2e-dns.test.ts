@@ -8,10 +8,10 @@ import { EGRESS_RULES_PATH } from "../components/render/hosts";
 import { renderAdguardConfig } from "../components/workloads/compose";
 import { AUDIT_PROGRAM } from "../cli/audit";
 import { propose } from "../cli/egress";
-import { readQueryLog } from "../cli/querylog";
+import { mergeEvidence, readQueryLog } from "../cli/querylog";
 import { buildGoTool } from "../twin/gotools";
 import { createTestNet, inNamespace, TestNet } from "./helpers/netns";
-import { renderHosts, renderedFile, stackFile, tempDir } from "./helpers/stacks";
+import { REPO, renderHosts, renderedFile, stackFile, tempDir } from "./helpers/stacks";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -43,7 +43,7 @@ function adguardConfig(rendered: string, listen: string, upstream: string, work:
     return YAML.stringify(config);
 }
 
-const canRun = isRoot() && toolsAvailable("DNS allowlist in network namespaces", ["ip", "dnsmasq", "dig", "nft", "go"]);
+const canRun = isRoot() && toolsAvailable("DNS allowlist in network namespaces", ["ip", "dnsmasq", "dig", "nft", "go", "tcpdump"]);
 if (!isRoot()) console.warn("SKIPPED DNS allowlist e2e: needs root for network namespaces (CI runs it as root)");
 
 describe.runIf(canRun)("the real AdGuard Home: unlisted names are blocked and never forwarded; every lookup is evidence", () => {
@@ -254,6 +254,44 @@ describe.runIf(canRun)("the real AdGuard Home: unlisted names are blocked and ne
         expect(await inEvidence([queryLogOf("buffered")], [name], 0)).toEqual([]);
     });
 
+    it("under a flood AdGuard's query log loses lookups (its ring buffer), the gateway's capture has every one, and the readers count each once; a SIGKILL costs none of them", async () => {
+        // The gateway's capture as rendered, on the test's tailnet link instead of tailscale0.
+        const unit = renderedFile(renderHosts(readStackFile(stackFile("prod"))).gateway, "/etc/systemd/system/airlock-dns-capture.service");
+        const execStart = /^ExecStart=(.+)$/m.exec(unit)![1].split(" ");
+        const tailnetLink = inNamespace(net.server, ["ip", "-o", "-4", "addr", "show", "to", net.serverTailnet]).stdout.split(/\s+/)[1];
+        const captureFile = path.join(dir, "dns-queries.log");
+        const out = fs.openSync(captureFile, "a");
+        const capture = spawn("ip", ["netns", "exec", net.server, ...execStart.map((arg) => (arg === "tailscale0" ? tailnetLink : arg))], { stdio: ["ignore", out, "ignore"] });
+        fs.closeSync(out);
+        try {
+            await new Promise((r) => setTimeout(r, 1500));
+            const flood = run("ip", ["netns", "exec", net.client, path.join(REPO, "test/fixtures/dns-flood"), net.serverTailnet, "3000"], { timeout: 180_000 });
+            const [summary, , ...names] = flood.stdout.trim().split("\n");
+            console.log(`flood: ${summary}`);
+            expect(names).toHaveLength(3000);
+            await new Promise((r) => setTimeout(r, 2000));
+            const logged = new Set(readQueryLog(queryLogOf("allowlist")).queries.map((q) => q.name));
+            const captured = new Set(readQueryLog(captureFile).queries.map((q) => q.name));
+            const missingFromLog = names.filter((n) => !logged.has(n)).length;
+            console.log(`of 3000 lookups: ${3000 - missingFromLog} in AdGuard's query log, ${names.filter((n) => captured.has(n)).length} in the capture`);
+            expect(names.filter((n) => !captured.has(n))).toEqual([]);
+            // The readers: one entry per lookup across the files, none lost.
+            const merged = mergeEvidence([queryLogOf("allowlist"), captureFile].flatMap((f) => readQueryLog(f).queries)).filter((q) => q.name.startsWith("flood"));
+            expect(new Set(merged.map((q) => q.name)).size).toBe(3000);
+            expect(merged).toHaveLength(3000);
+            // The resolver killed: the capture is its own process, and keeps everything.
+            resolvers.get(net.serverTailnet)!.child.kill("SIGKILL");
+            const name = `after-${tag()}.github.com`;
+            lookup(net.client, net.serverTailnet, name);
+            await new Promise((r) => setTimeout(r, 1500));
+            expect(readQueryLog(captureFile).queries.map((q) => q.name)).toContain(name);
+        } finally {
+            capture.kill("SIGTERM");
+            launch("allowlist", net.serverTailnet, resolvers.get(net.serverTailnet)!.argv);
+            await answering(net.serverTailnet);
+        }
+    }, 300_000);
+
     it("a lookup whose upstream fails is answered SERVFAIL and never reaches the query log, but AdGuard's own log names it, and both readers take it", async () => {
         const name = `fail-${tag()}.exfil-collector.net`;
         expect(lookup(net.server, FAILING_RESOLVER, name, "TXT").status).toBe("SERVFAIL");
@@ -265,7 +303,7 @@ describe.runIf(canRun)("the real AdGuard Home: unlisted names are blocked and ne
         // The gateway's reader (airlock-audit show joins these with the command record).
         const readByAudit = run("/usr/bin/python3", ["-I", "-c", `import runpy, sys; q, n = runpy.run_path(sys.argv[1])["querylog"]([sys.argv[2]]); print([e[2:] for e in q], n)`, AUDIT_PROGRAM, ownLogOf("failing")]);
         expect(readByAudit.stderr).toBe("");
-        expect(readByAudit.stdout).toContain(`('${name}', 'TXT', False, True)`);
+        expect(readByAudit.stdout).toContain(`('${name}', 'TXT', False, True, False)`);
         // And egress propose (this resolver answered nothing, so it has no query log yet).
         const proposal = propose("dev", stackFile("dev"), [ownLogOf("failing")]);
         expect([...proposal.propose, ...proposal.flagged].find((u) => u.domain === "exfil-collector.net")).toMatchObject({ failed: 1 });

@@ -197,7 +197,7 @@ describe.runIf(canRun)("the twin", () => {
             expect(asRoot(role, "cloud-init query userdata").stdout).toBe(`${booted}\n`);
             for (const change of substitutions(planned, booted)) {
                 expect(
-                    /@TAILNET_AUTH_KEY@|@sha256:0{64}|@SANDBOX_HOST_(PUBLIC_)?KEY@|readonly FINGERPRINT=|^\s+restrict ssh-ed25519 |"@SANDBOX_SHELL_IMAGE@"/.test(change.planned),
+                    /@TAILNET_AUTH_KEY@|@sha256:0{64}|@SANDBOX_HOST_(PUBLIC_)?KEY@|readonly FINGERPRINT=|^\s+restrict ssh-ed25519 |"@SANDBOX_SHELL_IMAGE@"|^\s+(upstream_dns|bootstrap_dns): \[/.test(change.planned),
                     `unexplained change:\n- ${change.planned}\n+ ${change.twin}`,
                 ).toBe(true);
             }

@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import * as YAML from "yaml";
 import { gateStack } from "../cli/gate";
 import { propose, withAllowlist } from "../cli/egress";
-import { readQueryLog } from "../cli/querylog";
+import { mergeEvidence, Query, readQueryLog } from "../cli/querylog";
 import { readStackFile } from "../components/config/load";
 import { renderAdguardConfig } from "../components/workloads/compose";
 import { airlock } from "./helpers/cli";
@@ -17,6 +17,8 @@ const SAMPLE = path.join(REPO, "test/fixtures/adguard/querylog.sample.json");
 const AGENT_LOG = path.join(REPO, "test/fixtures/adguard/querylog.agent.json");
 /** AdGuard Home's own log, from the real v0.107.63: three lookups whose upstreams failed. */
 const ADGUARD_LOG = path.join(REPO, "test/fixtures/adguard/adguardhome.log");
+/** The gateway's capture of every DNS query (tcpdump's lines, beside the real AdGuard Home). */
+const CAPTURE = path.join(REPO, "test/fixtures/adguard/dns-queries.log");
 
 /** A working copy holding `stacks/` (copies of the shipped stacks), as a user's checkout would. */
 function checkout(): string {
@@ -87,6 +89,53 @@ describe("AdGuard Home's own log: lookups whose upstream failed", () => {
         expect(p.queries).toBe(173);
         expect(p.propose.find((u) => u.domain === "github.com")).toMatchObject({ queries: 48, failed: 1 });
         expect(p.flagged.find((f) => f.domain === "exfil-collector.net")).toMatchObject({ queries: 41, failed: 1 });
+    });
+});
+
+describe("the gateway's capture of every DNS query", () => {
+    it("reads each query (UDP and over TCP) with its client; TCP segments without data are not queries; names as data", () => {
+        const log = readQueryLog(CAPTURE);
+        expect(log.unreadable).toBe(0);
+        expect(log.queries.map((q) => [q.name, q.type, q.client, q.unlogged])).toEqual([
+            ["github.com", "A", "100.100.7.2", true],
+            ["mfrggzdfmztwq2lknnwg23tpobyxe43u.exfil-collector.net", "TXT", "100.100.7.2", true],
+            ["api.github.com", "AAAA", "100.100.7.2", true],
+            ["a^ib.example.org", "A", "100.100.7.2", true],
+        ]);
+        expect(log.queries[0].time.toISOString()).toBe("2026-11-27T18:08:53.852Z");
+    });
+
+    it("a query line that does not decode is counted unreadable", () => {
+        const file = path.join(tempDir("capture"), "dns-queries.log");
+        const line = fs.readFileSync(CAPTURE, "utf8").split("\n")[0];
+        fs.writeFileSync(file, [line, line.replace(/: .*$/, ": 57671+ [|domain]"), line].join("\n"));
+        expect(readQueryLog(file)).toMatchObject({ unreadable: 1, queries: [{ name: "github.com" }, { name: "github.com" }] });
+    });
+
+    it("merged with AdGuard's logs: one entry per lookup; what AdGuard logged keeps its verdict, a failure gets its client, the rest is marked unlogged", () => {
+        const at = (iso: string) => new Date(iso);
+        const q = (time: string, name: string, fields: Partial<Query> = {}): Query => ({ time: at(time), client: "100.100.7.1", name, type: "A", blocked: false, failed: false, unlogged: false, ...fields });
+        const merged = mergeEvidence([
+            q("2026-01-01T00:00:00.100Z", "github.com", { unlogged: true }),
+            q("2026-01-01T00:00:00.400Z", "github.com"),
+            q("2026-01-01T00:00:01.000Z", "evil.example", { blocked: true }),
+            q("2026-01-01T00:00:00.900Z", "evil.example", { unlogged: true }),
+            q("2026-01-01T00:00:05.000Z", "x.exfil.net", { type: "TXT", client: "", failed: true }),
+            q("2026-01-01T00:00:04.500Z", "x.exfil.net", { type: "TXT", unlogged: true }),
+            q("2026-01-01T00:00:09.000Z", "lost.example", { unlogged: true }),
+            // The same name again, later: another lookup.
+            q("2026-01-01T00:00:30.000Z", "github.com", { unlogged: true }),
+            // Another client's lookup is not this one's.
+            q("2026-01-01T00:00:00.200Z", "github.com", { client: "100.100.7.9", unlogged: true }),
+        ]);
+        expect(merged.map((m) => [m.name, m.client, m.blocked, m.failed, m.unlogged])).toEqual([
+            ["github.com", "100.100.7.9", false, false, true],
+            ["github.com", "100.100.7.1", false, false, false],
+            ["evil.example", "100.100.7.1", true, false, false],
+            ["x.exfil.net", "100.100.7.1", false, true, false],
+            ["lost.example", "100.100.7.1", false, false, true],
+            ["github.com", "100.100.7.1", false, false, true],
+        ]);
     });
 });
 

@@ -25,7 +25,9 @@ readonly PACKAGES=(
 	bubblewrap jq                 # the drill's confinement; its snapshot lists; the README's CI line
 	python3 pyflakes3 socat       # the broker, the audit tool, the secrets and token tools (python3), their lint; the broker client
 	python3-pip                   # the Hermes image's wheels, downloaded by hash (twin/images.ts)
-	dnsmasq-base bind9-dnsutils   # the allowlist resolver stand-in and its fake upstream; dig
+	dnsmasq-base bind9-dnsutils   # the fake upstream resolvers in front of the real AdGuard Home; dig
+	tcpdump                       # the gateway's DNS capture, run as rendered (e2e-dns)
+	golang-go                     # AdGuard Home built from its Go module (twin/gotools.ts) where no Go is installed
 	pre-commit git                # the pre-commit hook, run by the real pre-commit; git in the checkpoint tests' shell image
 	btrfs-progs e2fsprogs         # checkpoints: btrfs on a loop device, ext4 for the migration path
 	gcc libc6-dev                 # checkpoints: the agent's raw btrfs ioctls (a static probe) against the seccomp profile

@@ -69,6 +69,8 @@ export const SSHD_TEMPLATE_PATH = "/etc/airlock/sshd_config.in";
 export const COMPOSE_TEMPLATE_PATH = "/etc/airlock/compose.yml.in";
 const RENDER = "/usr/local/sbin/airlock-tailnet-render";
 export const SANDBOX_WRAPPER_PATH = "/usr/local/libexec/airlock/sandbox-shell";
+/** Every DNS query from the tailnet, captured on the gateway (tcpdump's lines), rotated daily to .1. */
+export const DNS_CAPTURE_LOG = "/var/log/airlock/dns-queries.log";
 /** The gateway's redirect of tailnet DNS to AdGuard Home's published port. */
 export const DNS_REDIRECT_PATH = "/etc/airlock/dns-redirect.nft";
 /** The sandbox's egress rules, loaded by airlock-egress.service before any process of the agent. */
@@ -304,13 +306,16 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
         // Tailnet DNS to AdGuard Home's unprivileged port: no user may bind below 1024.
         { path: DNS_REDIRECT_PATH, content: renderTemplate("nftables/gateway-dns-redirect.nft", { resolverPort: String(RESOLVER_PUBLISHED_PORT) }), permissions: "0600" },
         config("/etc/systemd/system/airlock-dns-redirect.service", "systemd/airlock-dns-redirect.service"),
+        config("/etc/systemd/system/airlock-dns-capture.service", "systemd/airlock-dns-capture.service", { captureLog: DNS_CAPTURE_LOG }),
+        config("/etc/systemd/system/airlock-dns-capture-rotate.service", "systemd/airlock-dns-capture-rotate.service", { captureLog: DNS_CAPTURE_LOG }),
+        config("/etc/systemd/system/airlock-dns-capture-rotate.timer", "systemd/airlock-dns-capture-rotate.timer"),
         // Without Docker's userland proxy, so AdGuard Home sees the sandbox's address; its ports
         // are published by airlock-rootless-publish instead (test/e2e-rootless-publish.test.ts).
         config(GATEWAY_DOCKER_CONFIG, "docker/gateway-daemon.json", { agentUser: user }),
         config(`${ROOTLESS_PUBLISH_LIST}.in`, "docker/gateway-rootless-publish.conf", { ports: publishedPorts(compose).join("\n") }),
         script(`${ROOTLESS_PUBLISH_DIR}/dockerd`, "scripts/rootless-publish"),
         // The runtime's units too: a runtime that cannot start fails first boot's report, never DNS.
-        bootCheck(cfg, ["ssh.service", "airlock-dns-redirect.service", "airlock-tailnet-config.service", `user@${cfg.agent.uid}.service`, ...runtimeUnits]),
+        bootCheck(cfg, ["ssh.service", "airlock-dns-redirect.service", "airlock-dns-capture.service", "airlock-tailnet-config.service", `user@${cfg.agent.uid}.service`, ...runtimeUnits]),
     ];
     return assemble(
         cfg,
@@ -557,7 +562,12 @@ function backupFiles(cfg: StackConfig): HostFile[] {
 function auditFiles(cfg: StackConfig): HostFile[] {
     const data = `${adguardDataDir(cfg)}/work/data`;
     // AdGuard's own log names the lookups whose upstream failed, which its query log never holds.
-    const settings = { dir: AUDIT_DIR, ssh: rootSandboxSsh(cfg), querylog: [`${data}/querylog.json.1`, `${data}/querylog.json`, `${data}/adguardhome.log`] };
+    // The capture holds every query (also those AdGuard never logged); the readers keep one line per lookup.
+    const settings = {
+        dir: AUDIT_DIR,
+        ssh: rootSandboxSsh(cfg),
+        querylog: [`${data}/querylog.json.1`, `${data}/querylog.json`, `${data}/adguardhome.log`, `${DNS_CAPTURE_LOG}.1`, DNS_CAPTURE_LOG],
+    };
     return [
         { path: "/usr/local/sbin/airlock-audit", content: renderTemplate("audit/airlock-audit", {}), permissions: "0755" },
         { path: AUDIT_CONFIG_PATH, content: `${JSON.stringify(settings, null, 2)}\n`, permissions: "0644" },
