@@ -93,14 +93,7 @@ const serviceOverrides = {
 const userService = z.strictObject({
     name: z.string().regex(/^[a-z][a-z0-9-]{0,40}$/),
     image,
-    /** What the runtime runs (default DEFAULT_RUNTIME_COMMAND: hermes gateway run), started through airlock's preflight. */
-    command: z
-        .array(z.string().min(1))
-        .min(1)
-        .refine((command) => command[0] === "hermes", {
-            message: "must start with hermes (the preflight checks Hermes's configuration, then runs exactly this: a shell or env in front could change it)",
-        })
-        .optional(),
+    command: z.array(z.string()).optional(),
     environment: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/), z.string()).optional(),
     volumes: z.array(z.string()).optional(),
     ports: z.array(z.string()).optional(),
