@@ -141,6 +141,34 @@ describe.runIf(toolsAvailable("airlock-audit", ["socat", "systemd-socket-activat
         expect(audit(["--dir", gw.records, "verify"]).status).toBe(0);
     });
 
+    it("a sandbox briefly away (ssh exits 255) is tried again in the same run, and the pull recovers without failing", () => {
+        const gw = gateway(sb.ssh);
+        // ssh that cannot connect twice (as while the sandbox reboots), then reaches it.
+        const flaky = path.join(gw.dir, "ssh");
+        const tries = path.join(gw.dir, "tries");
+        fs.writeFileSync(flaky, `#!/bin/bash\necho x >> ${tries}\n[ "$(wc -l < ${tries})" -le 2 ] && { echo 'ssh: connect to host sandbox port 22: No route to host' >&2; exit 255; }\nexec ${sb.ssh} "$@"\n`, { mode: 0o755 });
+        fs.writeFileSync(gw.config, JSON.stringify({ dir: gw.records, ssh: [flaky], querylog: [], retry_seconds: 0.1 }));
+        const recovered = gw.pull();
+        expect(recovered.stderr).toMatch(/the sandbox is unreachable \(try 1 of 4\); trying again in 0\.1 s\n[^]*\(try 2 of 4\)/);
+        expect(recovered.status).toBe(0);
+        expect(recovered.stdout).toMatch(/pulled \d+ new records/);
+        // Away for good: four tries, then the run fails (and its unit alerts).
+        fs.writeFileSync(flaky, `#!/bin/bash\necho x >> ${tries}\nexit 255\n`, { mode: 0o755 });
+        fs.writeFileSync(tries, "");
+        const away = gw.pull();
+        expect(away.status).toBe(1);
+        expect(fs.readFileSync(tries, "utf8").split("\n").filter(Boolean)).toHaveLength(4);
+        // The wrapper's own refusal is an answer, not an absence: not tried again.
+        fs.writeFileSync(flaky, `#!/bin/bash\necho x >> ${tries}\nexit 1\n`, { mode: 0o755 });
+        fs.writeFileSync(tries, "");
+        expect(gw.pull().status).toBe(1);
+        expect(fs.readFileSync(tries, "utf8").split("\n").filter(Boolean)).toHaveLength(1);
+        fs.writeFileSync(gw.config, JSON.stringify({ dir: gw.records, ssh: [flaky], querylog: [], retry_seconds: "soon" }));
+        const bad = gw.pull();
+        expect(bad.status).toBe(2);
+        expect(bad.stderr.trim()).toBe(`airlock-audit: ${gw.config}: retry_seconds: expected a number of seconds from 0 to 300`);
+    });
+
     it("a sandbox that rewrites history already pulled is caught at the next pull, and the gateway's copy stays as it was", () => {
         const gw = gateway(sb.ssh);
         expect(gw.pull().status).toBe(0);

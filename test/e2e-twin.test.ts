@@ -450,5 +450,14 @@ describe.runIf(canRun)("the twin", () => {
               ].join("\n");
         // Within 12 minutes: before the 15-minute egress refresh timer could have helped.
         expect(converged, `the sandbox did not converge within 12 minutes of the gateway's return:\n${state}`).toBe(true);
+        // Nothing that failed while the gateway was away stays failed: the record's pull (the
+        // first thing the gateway tries on its return) and the sandbox's refreshes recover by themselves.
+        const pulled = asRoot("gateway", "systemctl start airlock-audit-pull.service; systemctl is-failed airlock-audit-pull.service; journalctl --no-pager -b -u airlock-audit-pull.service | tail -8", 10 * MINUTE);
+        expect(pulled.stdout, pulled.stdout).toMatch(/^inactive$/m);
+        for (const role of ["gateway", "sandbox"] as const) {
+            const failed = asRoot(role, "systemctl --failed --plain --no-legend").stdout.trim();
+            const why = failed ? asRoot(role, `for unit in $(systemctl --failed --plain --no-legend | awk '{print $1}'); do journalctl --no-pager -b -u "$unit" | tail -8; done`).stdout : "";
+            expect(failed, `${role}: units left failed after the gateway's return:\n${why}`).toBe("");
+        }
     }, 40 * MINUTE);
 });
