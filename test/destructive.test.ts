@@ -235,3 +235,74 @@ describe.runIf(toolsAvailable("destructive-command matcher", ["bash", "grep"]))(
         expect(matchWith(client(rules), "rm -rf app").status).toBe(2);
     });
 });
+
+/**
+ * Abbreviated long options: GNU getopt_long (coreutils, tar) and git's parse-options
+ * take any unambiguous prefix of a long option (`rm --rec`, `git reset --har`), and
+ * rsync has short aliases of its own (`--del`). Which spellings a tool takes is
+ * decided here by the tool itself: each prefix is run for real in a scratch
+ * directory, and every prefix that did the destructive thing must be matched.
+ */
+const REPO_SETUP = "git init -q -b main . && echo a > f && git add f && git commit -qm one";
+const abbreviated: { rule: string; option: string; command: string; setup: string; happened: string }[] = [
+    { rule: "rm-recursive", option: "--recursive", command: "rm OPT d", setup: "mkdir -p d/x", happened: "[ ! -e d ]" },
+    { rule: "chmod-recursive", option: "--recursive", command: "chmod OPT 755 d", setup: "mkdir -p d/x && chmod 700 d/x", happened: '[ "$(stat -c %a d/x)" = 755 ]' },
+    { rule: "chmod-recursive", option: "--recursive", command: "chown OPT $(id -u) d", setup: "mkdir -p d/x", happened: "[ $status = 0 ]" },
+    { rule: "chmod-recursive", option: "--recursive", command: "chgrp OPT $(id -g) d", setup: "mkdir -p d/x", happened: "[ $status = 0 ]" },
+    { rule: "git-reset-hard", option: "--hard", command: "git reset OPT", setup: `${REPO_SETUP} && echo b > f`, happened: '[ "$(cat f)" = a ]' },
+    { rule: "git-clean-force", option: "--force", command: "git clean OPT", setup: `${REPO_SETUP} && touch u`, happened: "[ ! -e u ]" },
+    { rule: "git-discard", option: "--force", command: "git checkout OPT", setup: `${REPO_SETUP} && echo b > f`, happened: '[ "$(cat f)" = a ]' },
+    { rule: "git-discard", option: "--discard-changes", command: "git switch OPT main", setup: `${REPO_SETUP} && echo b > f`, happened: '[ "$(cat f)" = a ]' },
+    { rule: "git-discard", option: "--force", command: "git switch OPT main", setup: `${REPO_SETUP} && echo b > f`, happened: '[ "$(cat f)" = a ]' },
+    {
+        rule: "git-discard",
+        option: "--delete",
+        command: "git branch OPT --force x",
+        setup: `${REPO_SETUP} && git switch -qc x && echo x > f && git commit -qam two && git switch -q main`,
+        happened: "! git rev-parse -q --verify x",
+    },
+    {
+        rule: "git-discard",
+        option: "--force",
+        command: "git branch --delete OPT x",
+        setup: `${REPO_SETUP} && git switch -qc x && echo x > f && git commit -qam two && git switch -q main`,
+        happened: "! git rev-parse -q --verify x",
+    },
+    { rule: "git-history", option: "--prune", command: "git gc -q OPT=now", setup: REPO_SETUP, happened: "[ $status = 0 ]" },
+    { rule: "archive-remove-sources", option: "--remove-files", command: "tar OPT -cf a.tar x", setup: "touch x", happened: "[ ! -e x ]" },
+    { rule: "archive-remove-sources", option: "--move", command: "zip -q OPT z.zip x", setup: "touch x", happened: "[ ! -e x ]" },
+    { rule: "rsync-delete", option: "--delete", command: "rsync -a OPT s/ t/", setup: "mkdir s t && touch t/extra", happened: "[ ! -e t/extra ]" },
+    { rule: "rsync-delete", option: "--remove-source-files", command: "rsync -a OPT s/ t/", setup: "mkdir s t && touch s/x", happened: "[ ! -e s/x ]" },
+];
+
+/** The spellings of `option` from `--` and one letter up to the whole name that `command` took as that option. */
+function takenSpellings(entry: (typeof abbreviated)[number]): string[] {
+    const taken: string[] = [];
+    for (let length = 3; length <= entry.option.length; length++) {
+        const spelling = entry.option.slice(0, length);
+        const dir = tempDir("abbrev");
+        const script = `set -u; ${entry.setup} >/dev/null 2>&1 || exit 9; ${entry.command.replace("OPT", spelling)} >/dev/null 2>&1 </dev/null; status=$?; ${entry.happened}`;
+        const env = { ...process.env, GIT_CONFIG_GLOBAL: "/dev/null", GIT_CONFIG_NOSYSTEM: "1", GIT_AUTHOR_NAME: "t", GIT_AUTHOR_EMAIL: "t@example.com", GIT_COMMITTER_NAME: "t", GIT_COMMITTER_EMAIL: "t@example.com" };
+        const result = run("bash", ["-c", script], { cwd: dir, env });
+        if (result.status === 9) throw new Error(`${entry.command}: the scratch setup failed: ${entry.setup}`);
+        if (result.status === 0) taken.push(spelling);
+    }
+    return taken;
+}
+
+describe.runIf(toolsAvailable("abbreviated options", ["bash", "grep", "git", "tar", "zip", "rsync", "stat"]))("automatic checkpoints: options as the tools themselves read them", () => {
+    it.each(abbreviated.map((entry) => [entry.command.replace("OPT", entry.option), entry] as const))("every spelling the tool takes as %s is matched", (_, entry) => {
+        const taken = takenSpellings(entry);
+        // The tool took its own full option (the scratch setup works) ...
+        expect(taken).toContain(entry.option);
+        // ... and every spelling it took is seen.
+        const missed = taken.filter((spelling) => !match(entry.command.replace("OPT", spelling)).includes(entry.rule));
+        expect(missed, `${entry.command}: spellings the tool takes that the matcher misses`).toEqual([]);
+    });
+
+    it("the attacks of red team 3 are matched", () => {
+        expect(match("git reset --har")).toContain("git-reset-hard");
+        expect(match("rm --recur build")).toContain("rm-recursive");
+        expect(match("git clean --forc")).toContain("git-clean-force");
+    });
+});

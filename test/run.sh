@@ -29,6 +29,7 @@ readonly PACKAGES=(
 	tcpdump                       # the gateway's DNS capture, run as rendered (e2e-dns)
 	golang-go                     # AdGuard Home built from its Go module (twin/gotools.ts) where no Go is installed
 	pre-commit git                # the pre-commit hook, run by the real pre-commit; git in the checkpoint tests' shell image
+	zip rsync                     # the destructive-command list: which abbreviated options the real tools take
 	btrfs-progs e2fsprogs         # checkpoints: btrfs on a loop device, ext4 for the migration path
 	gcc libc6-dev                 # checkpoints: the agent's raw btrfs ioctls (a static probe) against the seccomp profile
 	rootlesskit slirp4netns uidmap # the gateway's real rootless dockerd (rootless port publishing)
