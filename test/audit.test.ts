@@ -7,7 +7,7 @@ import { AUDIT_CONFIG_PATH, SANDBOX_WRAPPER_PATH } from "../components/render/ho
 import { AUDIT_PROGRAM } from "../cli/audit";
 import { installBrokerFiles, startBroker, talk, TestBroker } from "./helpers/broker";
 import { airlock } from "./helpers/cli";
-import { readmeSample, renderHosts, renderedFile, stackFile, tempDir } from "./helpers/stacks";
+import { readmeSample, renderHosts, renderedFile, REPO, stackFile, tempDir } from "./helpers/stacks";
 import { run, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -36,15 +36,23 @@ async function sandbox() {
     return { dir, broker, ssh, command };
 }
 
-/** A gateway: its audit directory and a config whose ssh reaches `ssh`. */
-function gateway(ssh: string) {
+/**
+ * A gateway: its audit directory and a config whose ssh reaches `ssh`, pinning `signer`
+ * (the sandbox's host public key, "TYPE BASE64") in a known_hosts file as the gateway does.
+ */
+function gateway(ssh: string, signer: string) {
     const dir = tempDir("audit-gateway");
     const config = path.join(dir, "audit.json");
-    fs.writeFileSync(config, JSON.stringify({ dir: path.join(dir, "records"), ssh: [ssh], querylog: [] }));
-    const pull = () => run("/usr/bin/python3", ["-IS", AUDIT_PROGRAM, "--config", config, "pull"]);
+    const knownHosts = path.join(dir, "known_hosts");
     const records = path.join(dir, "records");
+    const configure = (reach: string[], more: object = {}, key = signer) => {
+        fs.writeFileSync(knownHosts, `airlock-dev-sandbox ${key}\n`);
+        fs.writeFileSync(config, JSON.stringify({ dir: records, ssh: reach, querylog: [], signer: { known_hosts: knownHosts, host: "airlock-dev-sandbox" }, ...more }));
+    };
+    configure([ssh]);
+    const pull = () => run("/usr/bin/python3", ["-IS", AUDIT_PROGRAM, "--config", config, "pull"]);
     const held = () => fs.readdirSync(records).filter((n) => n.endsWith(".jsonl"));
-    return { dir, records, pull, held, config };
+    return { dir, records, pull, held, config, configure };
 }
 
 describe.runIf(toolsAvailable("airlock-audit", ["socat", "systemd-socket-activate", "python3"]))("airlock-audit", () => {
@@ -126,7 +134,7 @@ describe.runIf(toolsAvailable("airlock-audit", ["socat", "systemd-socket-activat
     });
 
     it("pull brings the record to the gateway, then only what is new", () => {
-        const gw = gateway(sb.ssh);
+        const gw = gateway(sb.ssh, sb.broker.signingPublicKey);
         const first = gw.pull();
         expect(first.stderr).toBe("");
         expect(first.stdout).toMatch(/^airlock-audit: pulled 21 new records in chain [0-9a-f]{32}$/m);
@@ -142,12 +150,12 @@ describe.runIf(toolsAvailable("airlock-audit", ["socat", "systemd-socket-activat
     });
 
     it("a sandbox briefly away (ssh exits 255) is tried again in the same run, and the pull recovers without failing", () => {
-        const gw = gateway(sb.ssh);
+        const gw = gateway(sb.ssh, sb.broker.signingPublicKey);
         // ssh that cannot connect twice (as while the sandbox reboots), then reaches it.
         const flaky = path.join(gw.dir, "ssh");
         const tries = path.join(gw.dir, "tries");
         fs.writeFileSync(flaky, `#!/bin/bash\necho x >> ${tries}\n[ "$(wc -l < ${tries})" -le 2 ] && { echo 'ssh: connect to host sandbox port 22: No route to host' >&2; exit 255; }\nexec ${sb.ssh} "$@"\n`, { mode: 0o755 });
-        fs.writeFileSync(gw.config, JSON.stringify({ dir: gw.records, ssh: [flaky], querylog: [], retry_seconds: 0.1 }));
+        gw.configure([flaky], { retry_seconds: 0.1 });
         const recovered = gw.pull();
         expect(recovered.stderr).toMatch(/the sandbox is unreachable \(try 1 of 4\); trying again in 0\.1 s\n[^]*\(try 2 of 4\)/);
         expect(recovered.status).toBe(0);
@@ -163,14 +171,14 @@ describe.runIf(toolsAvailable("airlock-audit", ["socat", "systemd-socket-activat
         fs.writeFileSync(tries, "");
         expect(gw.pull().status).toBe(1);
         expect(fs.readFileSync(tries, "utf8").split("\n").filter(Boolean)).toHaveLength(1);
-        fs.writeFileSync(gw.config, JSON.stringify({ dir: gw.records, ssh: [flaky], querylog: [], retry_seconds: "soon" }));
+        gw.configure([flaky], { retry_seconds: "soon" });
         const bad = gw.pull();
         expect(bad.status).toBe(2);
         expect(bad.stderr.trim()).toBe(`airlock-audit: ${gw.config}: retry_seconds: expected a number of seconds from 0 to 300`);
     });
 
     it("a sandbox that rewrites history already pulled is caught at the next pull, and the gateway's copy stays as it was", () => {
-        const gw = gateway(sb.ssh);
+        const gw = gateway(sb.ssh, sb.broker.signingPublicKey);
         expect(gw.pull().status).toBe(0);
         const [file] = gw.held();
         const before = fs.readFileSync(path.join(gw.records, file), "utf8");
@@ -200,41 +208,122 @@ describe.runIf(toolsAvailable("airlock-audit", ["socat", "systemd-socket-activat
         return ssh;
     }
 
-    it("from a lying sandbox it appends only the valid prefix: forged links, garbage, floods stop the pull", () => {
+    it("from a lying sandbox it appends nothing: forged links, garbage, floods, a forged signature, no signature", () => {
         const lines = fs.readFileSync(sb.broker.recordFile, "utf8").split("\n").filter(Boolean);
         const data = (ls: string[]) => ls.map((l) => `data ${l}\n`).join("");
         const forged = lines[5].replace(/"prev":"[0-9a-f]{64}"/, `"prev":"${"f".repeat(64)}"`);
-        const cases: [string, string, number, RegExp][] = [
-            ["a forged link", data([...lines.slice(0, 5), forged, ...lines.slice(6)]) + "ok\n", 5, /record 5 from the sandbox was refused: does not chain/],
-            ["garbage", data(lines.slice(0, 3)) + "rm -rf /\n", 3, /an answer that is not the broker's/],
-            ["a huge line", data(lines.slice(0, 2)) + `data ${"x".repeat(1100 * 1024)}\n`, 2, /a line longer than any record/],
-            ["no ok at the end", data(lines.slice(0, 4)), 4, /the connection ended without the broker answering ok/],
+        const cases: [string, string, RegExp][] = [
+            ["a forged link", data([...lines.slice(0, 5), forged, ...lines.slice(6)]) + "ok\n", /the sandbox's answer carries no signature/],
+            ["garbage", data(lines.slice(0, 3)) + "rm -rf /\n", /an answer that is not the broker's/],
+            ["a huge line", data(lines.slice(0, 2)) + `data ${"x".repeat(1100 * 1024)}\n`, /a line longer than any record/],
+            ["no ok at the end", data(lines.slice(0, 4)), /the connection ended without the broker answering ok/],
+            ["a signature of nothing", data(lines) + `data signature ${Buffer.from("not an SSHSIG").toString("base64")}\nok\n`, /not signed by its pinned host key/],
+            ["terminal escapes in an error", data(lines.slice(0, 2)) + "error \x1b]0;owned\x07\x1b[2J\n", /the pull stopped: error \\x1b\]0;owned\\x07\\x1b\[2J; nothing appended/],
+            ["nested too deeply", data(["[".repeat(100_000)]) + "ok\n", /carries no signature/],
         ];
-        for (const [what, answer, appended, reason] of cases) {
-            const gw = gateway(lyingSandbox(answer));
+        for (const [what, answer, reason] of cases) {
+            const gw = gateway(lyingSandbox(answer), sb.broker.signingPublicKey);
             const result = gw.pull();
             expect(result.status, what).toBe(1);
             expect(result.stderr, what).toMatch(reason);
-            const held = gw.held().map((f) => fs.readFileSync(path.join(gw.records, f), "utf8"));
-            expect(held.join("").split("\n").filter(Boolean).length, what).toBe(appended);
-            if (appended > 0) expect(audit(["--dir", gw.records, "verify"]).status, what).toBe(0);
+            expect(result.stderr, what).not.toMatch(/Traceback|[\x00-\x08\x0b-\x1f\x7f]/);
+            expect(fs.existsSync(gw.records) ? gw.held() : [], what).toEqual([]);
         }
     });
 
-    it("a new chain on the sandbox (a replaced server) becomes a new file; the old one is kept as it was", async () => {
-        const gw = gateway(sb.ssh);
+    it("a pull hijacked by the agent's uid (its wrapper stopped, its stdout answered through /proc/PID/fd/1) appends nothing and fails loudly", () => {
+        const gw = gateway(sb.ssh, sb.broker.signingPublicKey);
+        expect(gw.pull().status).toBe(0);
+        const [file] = gw.held();
+        sb.command("step 10 (the one to hide)");
+        sb.command("step 11");
+        const before = fs.readFileSync(path.join(gw.records, file), "utf8");
+        const hijacker = path.join(REPO, "test/fixtures/attacks/hijack-pull");
+        // The stand-in ssh starts the real wrapper as the agent's uid does; the attacker (the
+        // same uid) catches it stopped, reads the gateway's request from /proc/PID/environ,
+        // asks the broker for a genuine signed answer, and writes its own through the
+        // wrapper's stdout before killing it.
+        const hijacked = (mode: string) => {
+            const ssh = path.join(tempDir("audit-hijack"), "ssh");
+            fs.writeFileSync(
+                ssh,
+                `#!/bin/bash\nSSH_ORIGINAL_COMMAND="$1" bash -c 'kill -STOP $$; exec "$0"' ${path.join(sb.dir, SANDBOX_WRAPPER_PATH)} &\n` +
+                    `until grep -q '^[0-9]* ([^)]*) T' /proc/$!/stat; do sleep 0.01; done\n` +
+                    `python3 ${hijacker} ${mode} $! ${sb.broker.socket}\nkill -KILL $! 2>/dev/null\nwait\n`,
+                { mode: 0o755 },
+            );
+            return ssh;
+        };
+        const tried: Record<string, ReturnType<typeof gw.pull>> = {};
+        for (const mode of ["rewrite", "rewrite-unsigned", "truncate", "replay"]) {
+            gw.configure([hijacked(mode)]);
+            tried[mode] = gw.pull();
+            expect(tried[mode].status, `${mode}: ${tried[mode].stderr}`).toBe(1);
+            expect(tried[mode].stderr, mode).toMatch(/not signed by its pinned host key|carries no signature|does not continue|DIVERGES/);
+            expect(fs.readFileSync(path.join(gw.records, file), "utf8"), mode).toBe(before);
+        }
+        expect(tried.rewrite.stderr).toMatch(/not signed by its pinned host key \(forged, cut or altered on the way\); nothing appended/);
+        expect(tried.replay.stderr).toMatch(/not signed by its pinned host key/);
+        // A key other than the pinned one signs nothing the gateway takes (the sandbox's own answer, another key pinned).
+        const other = path.join(tempDir("other-key"), "key");
+        run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", other]);
+        gw.configure([sb.ssh], {}, fs.readFileSync(`${other}.pub`, "utf8").split(" ").slice(0, 2).join(" "));
+        expect(gw.pull().status).toBe(1);
+        // The genuine answer, unhindered, is taken: both commands, nothing hidden.
+        gw.configure([sb.ssh]);
+        const honest = gw.pull();
+        expect(honest.stdout).toMatch(/pulled 4 new records/);
+        expect(fs.readFileSync(path.join(gw.records, file), "utf8")).toBe(fs.readFileSync(sb.broker.recordFile, "utf8"));
+    });
+
+    it("a new chain on the sandbox (a replaced server) waits for the operator's word, then becomes a new file; the old one is kept as it was", async () => {
+        const gw = gateway(sb.ssh, sb.broker.signingPublicKey);
         expect(gw.pull().status).toBe(0);
         const [oldFile] = gw.held();
         const old = fs.readFileSync(path.join(gw.records, oldFile), "utf8");
         const fresh = await sandbox();
         brokers.push(fresh.broker);
         fresh.command("on the new server");
-        fs.writeFileSync(gw.config, JSON.stringify({ dir: gw.records, ssh: [fresh.ssh], querylog: [] }));
+        gw.configure([fresh.ssh], {}, fresh.broker.signingPublicKey);
+        const refused = gw.pull();
+        expect(refused.status).toBe(1);
+        const chain = refused.stderr.match(/the sandbox started a new chain ([0-9a-f]{32}) \(a new server, or its record was reset\); chain [0-9a-f]{32} stays as it is\. Take the new chain with: airlock-audit accept-chain \1; nothing appended/)?.[1];
+        expect(chain, refused.stderr).toBeDefined();
+        expect(gw.held()).toEqual([oldFile]);
+        const accepted = run("/usr/bin/python3", ["-IS", AUDIT_PROGRAM, "--config", gw.config, "accept-chain", chain!]);
+        expect(accepted.stdout.trim()).toBe(`airlock-audit: chain ${chain} is taken at the next pull; chain ${oldFile.replace(".jsonl", "")} stays as it is`);
+        expect(run("/usr/bin/python3", ["-IS", AUDIT_PROGRAM, "--config", gw.config, "accept-chain", "../x"]).status).toBe(2);
         const result = gw.pull();
-        expect(result.stdout).toMatch(/the sandbox started a new chain [0-9a-f]{32} .*; chain [0-9a-f]{32} is kept as it is/);
+        expect(result.status).toBe(0);
+        expect(result.stdout).toMatch(new RegExp(`took the sandbox's new chain ${chain}; chain [0-9a-f]{32} is kept as it is`));
         expect(gw.held()).toHaveLength(2);
         expect(fs.readFileSync(path.join(gw.records, oldFile), "utf8")).toBe(old);
         expect(audit(["--dir", gw.records, "verify"]).stdout.match(/chain intact/g)).toHaveLength(2);
+    });
+
+    it("a pull reads only what is new: it starts from where the last verified pull ended, and verify still reads everything", () => {
+        const gw = gateway(sb.ssh, sb.broker.signingPublicKey);
+        expect(gw.pull().status).toBe(0);
+        const [file] = gw.held();
+        // An early record altered in the held copy (which only root on the gateway can write):
+        // the next pull does not read it again, the whole-chain check still finds it.
+        const held = path.join(gw.records, file);
+        const original = fs.readFileSync(held, "utf8");
+        fs.writeFileSync(held, original.replace('"command":"step 1"', '"command":"step X"'));
+        sb.command("after the edit");
+        expect(gw.pull().stdout).toMatch(/pulled 2 new records/);
+        expect(audit(["--dir", gw.records, "verify"]).stdout).toMatch(/first break at record 3/);
+        // A held copy that is not where the last pull left it (cut short) is verified whole before anything is appended.
+        const edited = fs.readFileSync(held, "utf8");
+        fs.writeFileSync(held, edited.slice(0, edited.lastIndexOf("\n", edited.length - 2) + 1));
+        sb.command("after the cut");
+        const cut = gw.pull();
+        expect(cut.status).toBe(1);
+        expect(cut.stderr).toMatch(/the copy held here is broken at record 3/);
+        // Cut short but intact: verified whole, then refilled from the sandbox's signed answer.
+        fs.writeFileSync(held, original.slice(0, original.lastIndexOf("\n", original.length - 2) + 1));
+        expect(gw.pull().status).toBe(0);
+        expect(fs.readFileSync(held, "utf8")).toBe(fs.readFileSync(sb.broker.recordFile, "utf8"));
     });
 
     it("show joins each command with the names its source resolved while it ran, escapes hostile text, and the CLI agrees", () => {
@@ -323,7 +412,8 @@ describe.runIf(toolsAvailable("airlock-audit", ["socat", "systemd-socket-activat
         expect(renderedFile(gatewayHost, "/usr/local/sbin/airlock-audit")).toBe(fs.readFileSync(AUDIT_PROGRAM, "utf8"));
         expect(JSON.parse(renderedFile(gatewayHost, AUDIT_CONFIG_PATH))).toEqual({
             dir: "/var/lib/airlock/audit",
-            ssh: ["runuser", "-u", "agent", "--", "ssh", "-F", "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf", "-o", "ControlPath=none", "sandbox"],
+            ssh: ["ssh", "-F", "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf", "-i", "/var/lib/airlock/sandbox-ssh/id_ed25519", "-o", "ControlPath=none", "sandbox"],
+            signer: { known_hosts: "/etc/airlock/known_hosts", host: "airlock-dev-sandbox" },
             querylog: [
                 "/home/agent/.local/share/airlock/adguard/work/data/querylog.json.1",
                 "/home/agent/.local/share/airlock/adguard/work/data/querylog.json",

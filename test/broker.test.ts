@@ -104,7 +104,8 @@ describe.runIf(toolsAvailable("root broker", ["systemd-socket-activate", "socat"
             ["exit out of range", "record-end exit=256\n", /exit: expected 0 to 255/],
             ["exit not a number", "record-end exit=0x1\n", /exit: expected a whole number/],
             ["end without a begin", "record-end exit=0\n", /no record is open on this connection/],
-            ["read with a malformed chain", "record-read chain=../../etc start=0\n", /chain: malformed/],
+            ["read with a malformed chain", "record-read chain=../../etc start=0 nonce=" + "0".repeat(32) + "\n", /chain: malformed/],
+            ["read with a malformed nonce", "record-read chain=- start=0 nonce=../x\n", /nonce: malformed/],
         ];
         const before = fs.readFileSync(broker.recordFile);
         for (const [what, request, expected] of refused) {
@@ -154,13 +155,30 @@ describe.runIf(toolsAvailable("root broker", ["systemd-socket-activate", "socat"
         expect(new Set(ends).size).toBe(ends.length);
     });
 
-    it("reads the record back from a sequence number of its chain, or whole for another chain", () => {
+    it("reads the record back from a sequence number of its chain, or whole for another chain, then signs its head", () => {
         const chain = recordEntries(broker.recordFile)[0].chain;
         const total = lines().length;
-        const from = talk(broker.socket, `record-read chain=${chain} start=${total - 2}\n`).lines;
-        expect(from).toEqual([...lines().slice(-2).map((l) => `data ${l}`), "ok"]);
-        expect(talk(broker.socket, `record-read chain=${"0".repeat(32)} start=${total - 2}\n`).lines).toHaveLength(total + 1);
-        expect(talk(broker.socket, "record-read chain=- start=5\n").lines).toHaveLength(total + 1);
+        const nonce = "5e".repeat(16);
+        const from = talk(broker.socket, `record-read chain=${chain} start=${total - 2} nonce=${nonce}\n`).lines;
+        expect(from.slice(0, -2)).toEqual(lines().slice(-2).map((l) => `data ${l}`));
+        expect(from.at(-1)).toBe("ok");
+        // The head of what was sent, with the reader's nonce, verifies against the sandbox's public key only.
+        const signature = Buffer.from(from.at(-2)!.replace(/^data signature /, ""), "base64");
+        const head = (n: string) => `airlock-record-head v1\nchain ${chain}\nseq ${total - 1}\nhash ${sha256(lines().at(-1)!)}\nnonce ${n}\n`;
+        const verify = (statement: string, publicKey = broker.signingPublicKey) => {
+            const where = tempDir("signers");
+            fs.writeFileSync(path.join(where, "allowed"), `sandbox ${publicKey}\n`);
+            fs.writeFileSync(path.join(where, "sig"), signature);
+            return run("ssh-keygen", ["-Y", "verify", "-f", path.join(where, "allowed"), "-I", "sandbox", "-n", "airlock-record@airlock", "-s", path.join(where, "sig")], { input: statement }).status;
+        };
+        expect(verify(head(nonce))).toBe(0);
+        expect(verify(head("00".repeat(16)))).not.toBe(0);
+        const other = path.join(tempDir("other-key"), "key");
+        run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", other]);
+        expect(verify(head(nonce), fs.readFileSync(`${other}.pub`, "utf8").split(" ").slice(0, 2).join(" "))).not.toBe(0);
+        expect(talk(broker.socket, `record-read chain=${"0".repeat(32)} start=${total - 2} nonce=${nonce}\n`).lines).toHaveLength(total + 2);
+        expect(talk(broker.socket, `record-read chain=- start=5 nonce=${nonce}\n`).lines).toHaveLength(total + 2);
+        expect(talk(broker.socket, `record-read chain=- start=5\n`).lines).toEqual(["error record-read: missing nonce"]);
     });
 
     it("refuses new records (and so commands) when the record's last line is incomplete", () => {

@@ -5,7 +5,7 @@ import * as path from "node:path";
 import * as YAML from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
-import { COMPOSE_TEMPLATE_PATH, RenderedHost, SSHD_TEMPLATE_PATH } from "../components/render/hosts";
+import { COMPOSE_TEMPLATE_PATH, GATEWAY_ROOT_SANDBOX_KEY, RenderedHost, SSHD_TEMPLATE_PATH } from "../components/render/hosts";
 import { GATEWAY_AGENT_PATHS, RUNTIME_SSH_KEY } from "../components/workloads/compose";
 import { HERMES_RUNTIME } from "../policies/contract";
 import { importTestImage, startDockerd, TestDocker } from "./helpers/dockerd";
@@ -229,6 +229,13 @@ describe.runIf(canRun)("airlock secrets push to the gateway over ssh", () => {
         expect(key.stdout, key.stderr).toBe(fs.readFileSync(`/home/${AGENT}/.ssh/id_ed25519`, "utf8"));
         // On the host, the staged copy is the agent's (through its group) and root's alone.
         expect(run("runuser", ["-u", OPS, "--", "cat", moved(GATEWAY_AGENT_PATHS.runtimeSshKey)]).status).not.toBe(0);
+        // Root's own copy, for its jobs' ssh to the sandbox: the same key, root's alone (not even the agent's).
+        const rootCopy = moved(GATEWAY_ROOT_SANDBOX_KEY);
+        expect(fs.readFileSync(rootCopy, "utf8")).toBe(fs.readFileSync(`/home/${AGENT}/.ssh/id_ed25519`, "utf8"));
+        expect(fs.statSync(rootCopy)).toMatchObject({ uid: 0, gid: 0 });
+        expect(fs.statSync(rootCopy).mode & 0o7777).toBe(0o600);
+        expect(fs.statSync(path.dirname(rootCopy)).mode & 0o7777).toBe(0o700);
+        expect(run("runuser", ["-u", AGENT, "--", "cat", rootCopy]).status).not.toBe(0);
         expect(mounts["/opt/data"]).toMatchObject({ Type: "volume", RW: true });
         // The named volume's data is the directory on the state filesystem.
         dockerd!.docker(["exec", "airlock-agent", "sh", "-c", "echo remembered > /opt/data/memory.txt"]);
@@ -257,6 +264,8 @@ describe.runIf(canRun)("airlock secrets push to the gateway over ssh", () => {
             expect(refused.status).not.toBe(0);
             expect(refused.stdout + refused.stderr).not.toContain(secretValue);
             expect(fs.readFileSync(staged, "utf8")).toBe(before);
+            // Root's copy was taken once, from the key as generated: what the agent does to its own later changes nothing.
+            expect(fs.readFileSync(moved(GATEWAY_ROOT_SANDBOX_KEY), "utf8")).toBe(fs.readFileSync(path.join(sshDir, "id_ed25519.real"), "utf8"));
             // ...or a FIFO nobody writes: the boot unit gives up on it instead of waiting forever.
             fs.rmSync(path.join(sshDir, "id_ed25519"));
             asAgent(["mkfifo", path.join(sshDir, "id_ed25519")]);

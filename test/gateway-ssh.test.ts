@@ -2,15 +2,16 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
-import { AUDIT_CONFIG_PATH, SANDBOX_SSH_CONFIG_PATH } from "../components/render/hosts";
+import { AUDIT_CONFIG_PATH, GATEWAY_ROOT_SANDBOX_KEY, SANDBOX_SSH_CONFIG_PATH } from "../components/render/hosts";
 import { renderHosts, renderedFile, stackFile, tempDir } from "./helpers/stacks";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
- * Root's jobs on the gateway (backups, the record's pull) reach the sandbox as the
- * agent user. That user may be hostile too (an escape from the agent runtime or the
- * resolver's container): what it writes in its own ~/.ssh must not change how root's
- * ssh connects. `ssh -G` prints the settings ssh would use, as that user.
+ * Root's jobs on the gateway (backups, the record's pull) reach the sandbox logged in
+ * as the agent user. That user may be hostile too (an escape from the agent runtime or
+ * the resolver's container): no process of its uid may carry the connection (it could
+ * stop it and answer in its place), and what it writes in its own ~/.ssh must not
+ * change how root's ssh connects. `ssh -G` prints the settings ssh would use.
  */
 
 const canRun = isRoot() && toolsAvailable("gateway ssh settings", ["ssh", "useradd", "runuser"]);
@@ -21,6 +22,7 @@ const USER = "airlock-sshg";
 describe.runIf(canRun)("root's ssh to the sandbox ignores the agent user's ~/.ssh", () => {
     let dir: string;
     let argv: string[];
+    let rootKey: string;
 
     beforeAll(() => {
         run("userdel", ["--remove", USER]);
@@ -33,7 +35,9 @@ describe.runIf(canRun)("root's ssh to the sandbox ignores the agent user's ~/.ss
         // Exactly what airlock-audit (and the backup library) runs, with this test's user and file.
         const rendered: string[] = JSON.parse(renderedFile(gateway, AUDIT_CONFIG_PATH)).ssh;
         expect(renderedFile(gateway, "/usr/local/lib/airlock/backup.sh")).toContain(rendered.join(" "));
-        argv = rendered.map((a) => (a === SANDBOX_SSH_CONFIG_PATH ? clientConfig : a === "agent" ? USER : a));
+        rootKey = path.join(dir, "id_ed25519");
+        expect(run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", rootKey]).status).toBe(0);
+        argv = rendered.map((a) => (a === SANDBOX_SSH_CONFIG_PATH ? clientConfig : a === GATEWAY_ROOT_SANDBOX_KEY ? rootKey : a));
         // What a hostile agent user writes in its own ssh config.
         const home = `/home/${USER}`;
         fs.mkdirSync(`${home}/.ssh`, { mode: 0o700 });
@@ -50,13 +54,22 @@ describe.runIf(canRun)("root's ssh to the sandbox ignores the agent user's ~/.ss
         const host = args.at(-1)!;
         const result = run(args[0], [...args.slice(1, -1), "-G", host]);
         expect(result.status, result.stderr).toBe(0);
-        return new Map(result.stdout.trim().split("\n").map((l) => [l.slice(0, l.indexOf(" ")), l.slice(l.indexOf(" ") + 1)] as [string, string]));
+        const lines = result.stdout.trim().split("\n").map((l) => [l.slice(0, l.indexOf(" ")), l.slice(l.indexOf(" ") + 1)] as [string, string]);
+        return Object.assign(new Map(lines), { all: (key: string) => lines.filter(([k]) => k === key).map(([, v]) => v) });
     };
 
-    it("control: without -F, the user's config would win (the attack the rendered command prevents)", () => {
-        const loose = settings(argv.filter((a, i) => a !== "-F" && argv[i - 1] !== "-F"));
+    it("control: run as the agent user, the client would read what that user wrote (the attack the rendered command prevents)", () => {
+        const loose = settings(["runuser", "-u", USER, "--", ...argv.filter((a, i) => a !== "-F" && argv[i - 1] !== "-F")]);
         expect(loose.get("stricthostkeychecking")).toBe("false");
         expect(loose.get("proxycommand")).toContain("stolen");
+    });
+
+    it("the rendered command runs ssh itself, as root, with root's copy of the key, logged in as the agent", () => {
+        expect(argv[0]).toBe("ssh");
+        const s = settings(argv);
+        expect(s.get("user")).toBe(readStackFile(stackFile("dev")).agent.user);
+        expect(argv).toContain(rootKey);
+        expect(s.all("identityfile")).toContain(rootKey);
     });
 
     it("the rendered command keeps the pinned host key, the modern algorithms, and no proxy or shared master", () => {

@@ -141,13 +141,14 @@ describe.runIf(toolsAvailable("wrapper tests", ["bash", "socat", "systemd-socket
     it("hands the gateway's record pull to the broker and runs nothing in the container", async () => {
         const { invoke, dir } = await installWrapper(["GITHUB_TOKEN"]);
         invoke({ SSH_ORIGINAL_COMMAND: "true" });
-        const pulled = invoke({ SSH_ORIGINAL_COMMAND: "airlock record-pull - 0" });
+        const nonce = "ab".repeat(16);
+        const pulled = invoke({ SSH_ORIGINAL_COMMAND: `airlock record-pull - 0 ${nonce}` });
         expect(pulled.status).toBe(0);
-        expect(pulled.stdout.trim().split("\n").map((l) => l.split(" ")[0])).toEqual(["data", "data", "data", "ok"]);
+        expect(pulled.stdout.trim().split("\n").map((l) => l.split(" ").slice(0, l.startsWith("data signature") ? 2 : 1).join(" "))).toEqual(["data", "data", "data", "data signature", "ok"]);
         expect(fs.readFileSync(path.join(dir, "state", "docker-args"), "utf8")).toContain("true");
         // Anything else that starts like the verb is an ordinary command.
-        invoke({ SSH_ORIGINAL_COMMAND: "airlock record-pull - 0; id" });
-        expect(fs.readFileSync(path.join(dir, "state", "docker-args"), "utf8")).toContain("airlock record-pull - 0; id");
+        invoke({ SSH_ORIGINAL_COMMAND: `airlock record-pull - 0 ${nonce}; id` });
+        expect(fs.readFileSync(path.join(dir, "state", "docker-args"), "utf8")).toContain(`airlock record-pull - 0 ${nonce}; id`);
     });
 
     it("refuses an interactive session", async () => {

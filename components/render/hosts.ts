@@ -298,7 +298,11 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
             content: `${cfg.hostnames.sandbox} ${SANDBOX_HOST_PUBLIC_KEY_PLACEHOLDER}\n`,
             permissions: "0644",
         },
-        script("/usr/local/sbin/airlock-gateway-agent-key", "scripts/gateway-agent-key", { agentUser: user, runtimeKey: cfg.gateway.agent ? GATEWAY_AGENT_PATHS.runtimeSshKey : "" }),
+        script("/usr/local/sbin/airlock-gateway-agent-key", "scripts/gateway-agent-key", {
+            agentUser: user,
+            runtimeKey: cfg.gateway.agent ? GATEWAY_AGENT_PATHS.runtimeSshKey : "",
+            rootKey: GATEWAY_ROOT_SANDBOX_KEY,
+        }),
         { path: "/etc/airlock/adguard/AdGuardHome.yaml", content: renderAdguardConfig(cfg), permissions: "0644" },
         ...agentRuntimeFiles(cfg),
         ...githubTokenFiles(cfg),
@@ -473,15 +477,18 @@ export const SANDBOX_SSH_ALIAS = "sandbox";
 /** Hermes's per-command timeout, its own default. */
 const RUNTIME_COMMAND_TIMEOUT_SECONDS = 180;
 
+/** Root's copy of the agent's ssh key on the gateway, taken when the key is generated (gateway-agent-key). */
+export const GATEWAY_ROOT_SANDBOX_KEY = "/var/lib/airlock/sandbox-ssh/id_ed25519";
+
 /**
- * How root's jobs on the gateway (backups, the record's pull) reach the sandbox: as the
- * agent (the one user the sandbox lets in), with the rendered client settings only
- * (-F: a ~/.ssh/config the agent user wrote is never read, so it cannot turn off the
- * host-key pin or pick weak algorithms) and a connection of their own (no
- * ControlMaster socket the agent user could have planted).
+ * How root's jobs on the gateway (backups, the record's pull) reach the sandbox: logged
+ * in as the agent (the one user the sandbox lets in) but run as root with root's copy of
+ * its key, so no process of the agent's uid can stop the client and answer in its place
+ * (red team 3); the rendered client settings only (-F: nothing the agent user wrote in a
+ * ~/.ssh is read) and a connection of their own (no ControlMaster socket anyone planted).
  */
-export function rootSandboxSsh(cfg: StackConfig): string[] {
-    return ["runuser", "-u", cfg.agent.user, "--", "ssh", "-F", SANDBOX_SSH_CONFIG_PATH, "-o", "ControlPath=none", SANDBOX_SSH_ALIAS];
+export function rootSandboxSsh(): string[] {
+    return ["ssh", "-F", SANDBOX_SSH_CONFIG_PATH, "-i", GATEWAY_ROOT_SANDBOX_KEY, "-o", "ControlPath=none", SANDBOX_SSH_ALIAS];
 }
 
 /** The names of the backup timers the gateway enables. */
@@ -506,7 +513,7 @@ function backupFiles(cfg: StackConfig): HostFile[] {
     const withDatabase = cfg.workloads.postgres.enabled;
     const shellQuoted = (value: string | undefined) => (value ? `'${value.replace(/'/g, "'\\''")}'` : '""');
     const files: HostFile[] = [
-        config(BACKUP_LIB_PATH, "backup/lib.sh", { sandboxSsh: rootSandboxSsh(cfg).join(" ") }),
+        config(BACKUP_LIB_PATH, "backup/lib.sh", { sandboxSsh: rootSandboxSsh().join(" ") }),
         script("/usr/local/sbin/airlock-backup-init", "backup/init"),
         script("/usr/local/sbin/airlock-backup", "backup/backup", {
             heartbeatUrl: shellQuoted(cfg.backup.heartbeatUrl),
@@ -565,7 +572,9 @@ function auditFiles(cfg: StackConfig): HostFile[] {
     // The capture holds every query (also those AdGuard never logged); the readers keep one line per lookup.
     const settings = {
         dir: AUDIT_DIR,
-        ssh: rootSandboxSsh(cfg),
+        ssh: rootSandboxSsh(),
+        // Only what the sandbox's broker signed with its host key (pinned here at deploy) is taken.
+        signer: { known_hosts: GATEWAY_KNOWN_HOSTS_PATH, host: cfg.hostnames.sandbox },
         querylog: [`${data}/querylog.json.1`, `${data}/querylog.json`, `${data}/adguardhome.log`, `${DNS_CAPTURE_LOG}.1`, DNS_CAPTURE_LOG],
     };
     return [

@@ -18,6 +18,8 @@ export interface TestBroker {
     stateDir: string;
     recordFile: string;
     log: string;
+    /** The public half of the key the broker signs the record's head with (the sandbox's host key there). */
+    signingPublicKey: string;
     stop(): Promise<void>;
 }
 
@@ -68,6 +70,16 @@ export async function startBroker(broker: string, socket: string, stateDir: stri
     fs.mkdirSync(stateDir, { recursive: true, mode: 0o700 });
     fs.chmodSync(stateDir, 0o700);
     const log = path.join(path.dirname(stateDir), "broker.log");
+    // Each test sandbox has a host key of its own, as a real one does; the broker signs with it.
+    let signingKey = env.AIRLOCK_RECORD_SIGNING_KEY;
+    if (!signingKey) {
+        signingKey = path.join(path.dirname(stateDir), "ssh_host_ed25519_key");
+        if (!fs.existsSync(signingKey)) {
+            const made = run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-C", "", "-f", signingKey]);
+            if (made.status !== 0) throw new Error(`ssh-keygen: ${made.stderr}`);
+        }
+        env = { ...env, AIRLOCK_RECORD_SIGNING_KEY: signingKey };
+    }
     const out = fs.openSync(log, "a");
     const child: ChildProcess = spawn(
         "systemd-socket-activate",
@@ -89,7 +101,8 @@ export async function startBroker(broker: string, socket: string, stateDir: stri
             child.once("exit", () => resolve());
             child.kill("SIGTERM");
         });
-    return { socket, stateDir, recordFile: path.join(stateDir, "record.jsonl"), log, stop };
+    const signingPublicKey = fs.readFileSync(`${signingKey}.pub`, "utf8").trim().split(" ").slice(0, 2).join(" ");
+    return { socket, stateDir, recordFile: path.join(stateDir, "record.jsonl"), log, signingPublicKey, stop };
 }
 
 /** One raw exchange with the broker: `requests` as written, the reply lines as read. */
