@@ -97,7 +97,8 @@ describe.runIf(canRun)("the command record through the real sshd", () => {
         // The gateway: airlock-audit's settings as rendered, with this rig's ssh.
         gatewayDir = tempDir("record-gateway");
         auditConfig = path.join(gatewayDir, "audit.json");
-        fs.writeFileSync(auditConfig, JSON.stringify({ ...JSON.parse(renderedFile(hosts.gateway, "/etc/airlock/audit.json")), dir: path.join(gatewayDir, "audit"), ssh: sshBase }));
+        const renderedSettings = JSON.parse(renderedFile(hosts.gateway, "/etc/airlock/audit.json"));
+        fs.writeFileSync(auditConfig, JSON.stringify({ ...renderedSettings, dir: path.join(gatewayDir, "audit"), ssh: sshBase, signer: { ...renderedSettings.signer, known_hosts: `${clientDir}/known_hosts` } }));
 
         for (const { command, token } of COMMANDS) {
             run(sshBase[0], sshBase.slice(1).concat(command), { env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: clientDir, ...(token ? { GITHUB_TOKEN: TOKEN } : {}) }, timeout: 30_000 });

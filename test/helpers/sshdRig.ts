@@ -36,9 +36,13 @@ export function installSandboxSshd(sandbox: RenderedHost, root: string): string 
     return publicKey;
 }
 
-/** The root broker of a tree installed by installSandboxSshd; the agent's group may connect, as with the real socket unit. */
+/**
+ * The root broker of a tree installed by installSandboxSshd; the agent's group may connect, as with the real
+ * socket unit, and it signs the record's head with the rig's sshd host key, as the real broker does.
+ */
 export function startSandboxBroker(root: string, agentUser: string, env: Record<string, string> = {}): Promise<TestBroker> {
-    return startBroker(path.join(root, BROKER_PATH), path.join(root, BROKER_SOCKET_PATH), path.join(root, "var/lib/airlock/record"), agentUser, env);
+    const signing = { AIRLOCK_RECORD_SIGNING_KEY: path.join(root, "ssh_host_ed25519_key"), ...env };
+    return startBroker(path.join(root, BROKER_PATH), path.join(root, BROKER_SOCKET_PATH), path.join(root, "var/lib/airlock/record"), agentUser, signing);
 }
 
 /** The gateway's rendered known_hosts, filled as at deploy with `publicKey`. */
