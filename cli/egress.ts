@@ -5,7 +5,7 @@ import { getDomain } from "tldts";
 import * as YAML from "yaml";
 import { readStackFile } from "../components/config/load";
 import { ConfigError } from "../policies/contract";
-import { mergeEvidence, Query, readQueryLog } from "./querylog";
+import { mergeEvidence, Query, readQueryLog, UNDECODABLE } from "./querylog";
 
 /**
  * `airlock egress propose --stack S --from QUERYLOG`: from what the agent really
@@ -57,6 +57,8 @@ export interface Proposal {
     flagged: Flagged[];
     /** Names with no registrable domain (single labels, reverse lookups, .arpa). */
     skipped: string[];
+    /** Packets to the resolver the capture could not decode as a plain query: tcpdump's text, each a lookup nothing is proposed from. */
+    undecodable: string[];
     /** The stack file's allowlist after the change: current entries first, then the proposals. */
     allowlist: string[];
     diff: string;
@@ -126,7 +128,7 @@ export function propose(stack: string, stackFile: string, querylogs: string[], c
     const logs = querylogs.map(readQueryLog);
     const all = mergeEvidence(logs.flatMap((l) => l.queries));
     const queries = client ? all.filter((q) => q.client === client || q.failed) : all;
-    const { byDomain, skipped } = group(queries);
+    const { byDomain, skipped } = group(queries.filter((q) => q.type !== UNDECODABLE));
     const proposal: Omit<Proposal, "allowlist" | "diff"> = {
         stack,
         stackFile,
@@ -137,6 +139,7 @@ export function propose(stack: string, stackFile: string, querylogs: string[], c
         alreadyAllowed: [],
         flagged: [],
         skipped: [...skipped].sort(),
+        undecodable: queries.filter((q) => q.type === UNDECODABLE).map((q) => `${q.time.toISOString()} ${q.client} ${q.name}`),
     };
     for (const [domain, domainQueries] of [...byDomain].sort(([a], [b]) => a.localeCompare(b))) {
         const entry = use(domain, domainQueries);
@@ -227,6 +230,11 @@ export function formatProposal(p: Proposal, diffFile: string | undefined): strin
     if (p.flagged.length) {
         out.push("flagged as possible DNS exfiltration (not proposed):");
         for (const f of p.flagged) out.push(row(f), `      why: ${f.reasons.map(printable).join("; ")}`);
+    }
+    if (p.undecodable.length) {
+        out.push(`flagged: ${p.undecodable.length} quer${p.undecodable.length === 1 ? "y" : "ies"} the capture could not decode (a name hidden from tcpdump's decoder, or a query of an odd shape; nothing proposed from them):`);
+        out.push(...p.undecodable.slice(0, 5).map((u) => `      ${printable(u.slice(0, 120))}`));
+        if (p.undecodable.length > 5) out.push(`      and ${p.undecodable.length - 5} more`);
     }
     if (p.skipped.length) out.push(`skipped (no registrable domain): ${p.skipped.slice(0, 5).map(printable).join(", ")}${p.skipped.length > 5 ? `, and ${p.skipped.length - 5} more` : ""}`);
     if (diffFile) out.push(`wrote ${diffFile}: review it, then \`git apply ${diffFile}\` (nothing was changed)`);

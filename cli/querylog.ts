@@ -58,8 +58,7 @@ export function readQueryLog(file: string): QueryLog {
         const captured = CAPTURE_LINE.exec(line);
         if (captured) {
             const query = parseCaptured(captured);
-            if (query === "unreadable") unreadable++;
-            else if (query) queries.push(query);
+            if (query) queries.push(query);
             return;
         }
         const logLine = ADGUARD_LOG_LINE.exec(line);
@@ -114,7 +113,7 @@ function parseQuery(line: string): Query | undefined {
     const time = new Date(T.replace(/(\.\d{3})\d+/, "$1"));
     if (Number.isNaN(time.getTime())) return undefined;
     const name = QH.toLowerCase().replace(/\.$/, "");
-    if (name.length === 0 || name.length > 253) return undefined;
+    if (name.length === 0 || name.length > MAX_NAME) return undefined;
     const blocked = typeof Result === "object" && Result !== null && (Result as Record<string, unknown>).IsFiltered === true;
     return { time, client: IP, name, type: QT, blocked, failed: false, unlogged: false };
 }
@@ -139,7 +138,7 @@ function parseFailure(line: RegExpExecArray): Query | undefined | "unreadable" {
     // dns.Question's text: ";name.<TAB>IN<TAB> TYPE".
     const parts = /^;(.+?)\.?\tIN\t (\w+)$/.exec(question);
     const name = parts?.[1].toLowerCase() ?? "";
-    if (Number.isNaN(time.getTime()) || !parts || name.length === 0 || name.length > 253) return "unreadable";
+    if (Number.isNaN(time.getTime()) || !parts || name.length === 0 || name.length > MAX_NAME) return "unreadable";
     return { time, client: "", name, type: parts[2], blocked: false, failed: true, unlogged: false };
 }
 
@@ -149,17 +148,38 @@ const sameLookup = (previous: Query | undefined, next: Query) =>
 
 /** A line of the gateway's capture: its time (seconds since the epoch, UTC), the client, the rest. */
 const CAPTURE_LINE = /^(\d{9,11})\.(\d{6}) IP (\d{1,3}(?:\.\d{1,3}){3})\.\d{1,5} > \d{1,3}(?:\.\d{1,3}){3}\.53: (.*)$/;
-/** The DNS query tcpdump prints (print-domain.c): id, flags, [options], TYPE? name. (size). Over TCP after the segment's header. */
-const CAPTURED_QUERY = /^(?:Flags \[[^\]]*\], .*?length \d+:? )?\d+\S* (?:\[[^\]]*\] )*([A-Za-z0-9]+)\? (.*)\. \(\d+\)$/;
+/** A TCP segment's header as tcpdump prints it (print-tcp.c), exactly: a name cannot pose as one. */
+const TCP_SEGMENT = /^Flags \[[^\]]*\], (?:seq \d+(?::\d+)?, )?(?:ack \d+, )?win \d+, (?:urg \d+, )?(?:options \[[^\]]*\], )?length (\d+):? ?/;
+/** The DNS query tcpdump prints (print-domain.c): id, flags, [options], TYPE? name. (size). */
+const CAPTURED_QUERY = /^\d+\S* (?:\[[^\]]*\] )*([A-Za-z0-9_-]+)\? (.*)\. \(\d+\)$/;
+/** tcpdump's names for types it does not know, as AdGuard (miekg/dns) names them. */
+const TYPE_NAMES: Record<string, string> = { Type64: "SVCB", Type65: "HTTPS", Type257: "CAA", NSAP_PTR: "NSAP-PTR" };
+/** The type of a captured packet that does not decode as one plain query (see parseCaptured). */
+export const UNDECODABLE = "UNDECODABLE";
+/** The longest name kept: 255 octets on the wire, each up to 4 characters as the logs escape it. */
+const MAX_NAME = 1024;
 
-/** A captured query; undefined for a TCP segment without data; "unreadable" for a packet whose query does not decode. */
-function parseCaptured(line: RegExpExecArray): Query | undefined | "unreadable" {
+/**
+ * A captured query; undefined for a TCP segment without data. A packet to the resolver
+ * that tcpdump cannot print as one plain query (a forward compression pointer, a TCP
+ * stream split oddly, an opcode or class of its own) is still a lookup from that client
+ * at that time: it is kept, typed UNDECODABLE, with tcpdump's text as its name.
+ */
+function parseCaptured(line: RegExpExecArray): Query | undefined {
     const [, seconds, micros, client, rest] = line;
-    if (/^Flags \[[^\]]*\], .*length 0$/.test(rest)) return undefined;
-    const query = CAPTURED_QUERY.exec(rest);
+    const time = new Date(Number(seconds) * 1000 + Math.floor(Number(micros) / 1000));
+    let dns = rest;
+    if (rest.startsWith("Flags [")) {
+        const tcp = TCP_SEGMENT.exec(rest);
+        if (tcp && tcp[1] === "0") return undefined;
+        if (tcp) dns = rest.slice(tcp[0].length);
+    }
+    const query = CAPTURED_QUERY.exec(dns);
     const name = query?.[2].toLowerCase() ?? "";
-    if (!query || name.length === 0 || name.length > 253) return "unreadable";
-    return { time: new Date(Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)), client, name, type: query[1], blocked: false, failed: false, unlogged: true };
+    if (!query || name.length === 0 || name.length > MAX_NAME) {
+        return { time, client, name: rest.slice(0, 200), type: UNDECODABLE, blocked: false, failed: false, unlogged: true };
+    }
+    return { time, client, name, type: TYPE_NAMES[query[1]] ?? query[1].replace(/^Type(\d+)$/, "TYPE$1"), blocked: false, failed: false, unlogged: true };
 }
 
 /** How far apart the capture's time and AdGuard's may be for one lookup. */
@@ -168,21 +188,35 @@ const SAME_LOOKUP_MS = 2000;
 /**
  * One entry per lookup, in time order: a captured query that AdGuard logged too (same
  * name and type, the same client or one AdGuard did not name, within 2 s) is that
- * entry; the rest stay, marked `unlogged`. A failed lookup gets its client from the capture.
+ * entry, at the capture's time and client (the moment the packet arrived; AdGuard logs
+ * after the upstream answered); the rest stay, marked `unlogged`. Both kinds are taken
+ * in time order, each logged entry matched once: linear in the number of lookups.
  */
 export function mergeEvidence(queries: Query[]): Query[] {
-    const sorted = [...queries].sort((a, b) => a.time.getTime() - b.time.getTime());
-    const logged = sorted.filter((q) => !q.unlogged);
-    const matched = new Set<Query>();
-    const out = [...logged];
-    for (const captured of sorted.filter((q) => q.unlogged)) {
-        const same = logged.find(
-            (q) => !matched.has(q) && q.name === captured.name && q.type === captured.type && (q.client === captured.client || q.client === "") && Math.abs(q.time.getTime() - captured.time.getTime()) <= SAME_LOOKUP_MS,
-        );
-        if (same) {
-            matched.add(same);
-            if (same.client === "") same.client = captured.client;
+    const byTime = (a: Query, b: Query) => a.time.getTime() - b.time.getTime();
+    const out = queries.filter((q) => !q.unlogged).sort(byTime);
+    const buckets = new Map<string, { entries: Query[]; next: number }>();
+    const key = (q: Query, client: string) => `${q.type}\t${client}\t${q.name}`;
+    for (const q of out) {
+        const bucket = buckets.get(key(q, q.client)) ?? { entries: [], next: 0 };
+        bucket.entries.push(q);
+        buckets.set(key(q, q.client), bucket);
+    }
+    /** The earliest entry of a bucket not yet matched and not more than 2 s before `at`. */
+    const head = (bucket: { entries: Query[]; next: number } | undefined, at: number) => {
+        if (!bucket) return undefined;
+        while (bucket.next < bucket.entries.length && bucket.entries[bucket.next].time.getTime() < at - SAME_LOOKUP_MS) bucket.next++;
+        const q = bucket.entries[bucket.next];
+        return q && q.time.getTime() <= at + SAME_LOOKUP_MS ? { q, bucket } : undefined;
+    };
+    for (const captured of queries.filter((q) => q.unlogged).sort(byTime)) {
+        const at = captured.time.getTime();
+        const candidates = [head(buckets.get(key(captured, captured.client)), at), head(buckets.get(key(captured, "")), at)].filter((c) => c !== undefined);
+        const best = candidates.sort((a, b) => Math.abs(a.q.time.getTime() - at) - Math.abs(b.q.time.getTime() - at))[0];
+        if (best) {
+            best.bucket.next++;
+            Object.assign(best.q, { time: captured.time, client: captured.client });
         } else out.push(captured);
     }
-    return out.sort((a, b) => a.time.getTime() - b.time.getTime());
+    return out.sort(byTime);
 }

@@ -418,8 +418,8 @@ describe.runIf(toolsAvailable("airlock-audit", ["socat", "systemd-socket-activat
                 "/home/agent/.local/share/airlock/adguard/work/data/querylog.json.1",
                 "/home/agent/.local/share/airlock/adguard/work/data/querylog.json",
                 "/home/agent/.local/share/airlock/adguard/work/data/adguardhome.log",
-                "/var/log/airlock/dns-queries.log.1",
-                "/var/log/airlock/dns-queries.log",
+                ...[7, 6, 5, 4, 3, 2, 1].map((n) => `/var/log/airlock/dns/queries.log.${n}`),
+                "/var/log/airlock/dns/queries.log",
             ],
         });
         expect(renderedFile(gatewayHost, "/etc/systemd/system/airlock-audit-pull.service")).toMatch(/OnFailure=airlock-alert@%n\.service[\s\S]*ExecStart=\/usr\/local\/sbin\/airlock-audit pull/);

@@ -4,7 +4,7 @@ import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import * as YAML from "yaml";
 import { readStackFile } from "../components/config/load";
-import { EGRESS_RULES_PATH } from "../components/render/hosts";
+import { DNS_CAPTURE_LOG, EGRESS_RULES_PATH } from "../components/render/hosts";
 import { renderAdguardConfig } from "../components/workloads/compose";
 import { AUDIT_PROGRAM } from "../cli/audit";
 import { propose } from "../cli/egress";
@@ -256,13 +256,19 @@ describe.runIf(canRun)("the real AdGuard Home: unlisted names are blocked and ne
 
     it("under a flood AdGuard's query log loses lookups (its ring buffer), the gateway's capture has every one, and the readers count each once; a SIGKILL costs none of them", async () => {
         // The gateway's capture as rendered, on the test's tailnet link instead of tailscale0.
-        const unit = renderedFile(renderHosts(readStackFile(stackFile("prod"))).gateway, "/etc/systemd/system/airlock-dns-capture.service");
+        // As the unit runs it: the writer and tcpdump as tcpdump's user, with CAP_NET_RAW only.
+        const gatewayHost = renderHosts(readStackFile(stackFile("prod"))).gateway;
+        const unit = renderedFile(gatewayHost, "/etc/systemd/system/airlock-dns-capture.service");
         const execStart = /^ExecStart=(.+)$/m.exec(unit)![1].split(" ");
         const tailnetLink = inNamespace(net.server, ["ip", "-o", "-4", "addr", "show", "to", net.serverTailnet]).stdout.split(/\s+/)[1];
-        const captureFile = path.join(dir, "dns-queries.log");
-        const out = fs.openSync(captureFile, "a");
-        const capture = spawn("ip", ["netns", "exec", net.server, ...execStart.map((arg) => (arg === "tailscale0" ? tailnetLink : arg))], { stdio: ["ignore", out, "ignore"] });
-        fs.closeSync(out);
+        const captureDir = fs.mkdtempSync("/run/airlock-capture-");
+        run("chown", ["tcpdump:tcpdump", captureDir]);
+        const captureFile = path.join(captureDir, "queries.log");
+        const writer = path.join(captureDir, "dns-capture");
+        fs.writeFileSync(writer, renderedFile(gatewayHost, execStart[0]), { mode: 0o755 });
+        const local = execStart.map((arg, i) => (i === 0 ? writer : arg === DNS_CAPTURE_LOG ? captureFile : arg === "tailscale0" ? tailnetLink : arg));
+        const asUnit = ["setpriv", "--reuid=tcpdump", "--regid=tcpdump", "--init-groups", "--inh-caps=+net_raw", "--ambient-caps=+net_raw", "--bounding-set=-all,+net_raw", "--no-new-privs"];
+        const capture = spawn("ip", ["netns", "exec", net.server, ...asUnit, ...local], { stdio: ["ignore", "ignore", "ignore"] });
         try {
             await new Promise((r) => setTimeout(r, 1500));
             const flood = run("ip", ["netns", "exec", net.client, path.join(REPO, "test/fixtures/dns-flood"), net.serverTailnet, "3000"], { timeout: 180_000 });
@@ -285,8 +291,12 @@ describe.runIf(canRun)("the real AdGuard Home: unlisted names are blocked and ne
             lookup(net.client, net.serverTailnet, name);
             await new Promise((r) => setTimeout(r, 1500));
             expect(readQueryLog(captureFile).queries.map((q) => q.name)).toContain(name);
+            // The capture itself is bounded: lines of at most 2 KiB, in files of the rendered size.
+            expect(Math.max(...fs.readFileSync(captureFile, "utf8").split("\n").map((l) => l.length))).toBeLessThanOrEqual(2048 + 6);
+            expect(fs.statSync(captureFile).uid).toBe(Number(run("id", ["-u", "tcpdump"]).stdout.trim()));
         } finally {
             capture.kill("SIGTERM");
+            fs.rmSync(captureDir, { recursive: true, force: true });
             launch("allowlist", net.serverTailnet, resolvers.get(net.serverTailnet)!.argv);
             await answering(net.serverTailnet);
         }

@@ -6,6 +6,7 @@ import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { StackConfig } from "../components/config/schema";
+import { DNS_CAPTURE_LOG } from "../components/render/hosts";
 import { planStack } from "../cli/offline";
 import { collectArtifacts } from "../cli/plan";
 import { GUESTS, HOST_ADDRESS, twinNetns } from "../twin/contract";
@@ -450,6 +451,10 @@ describe.runIf(canRun)("the twin", () => {
               ].join("\n");
         // Within 12 minutes: before the 15-minute egress refresh timer could have helped.
         expect(converged, `the sandbox did not converge within 12 minutes of the gateway's return:\n${state}`).toBe(true);
+        // The gateway's capture has the lookup too: tcpdump (under Debian's AppArmor profile) writes through
+        // its pipe to the capture writer, and AppArmor denied it nothing.
+        const captured = asRoot("gateway", `grep -c -F ${shq(name)} ${DNS_CAPTURE_LOG}; journalctl -k --no-pager | grep -c 'apparmor="DENIED".*tcpdump'`);
+        expect(captured.stdout.trim().split("\n"), captured.stderr).toEqual([expect.stringMatching(/^[1-9]\d*$/), "0"]);
         // Nothing that failed while the gateway was away stays failed: the record's pull (the
         // first thing the gateway tries on its return) and the sandbox's refreshes recover by themselves.
         const pulled = asRoot("gateway", "systemctl start airlock-audit-pull.service; systemctl is-failed airlock-audit-pull.service; journalctl --no-pager -b -u airlock-audit-pull.service | tail -8", 10 * MINUTE);

@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import * as YAML from "yaml";
 import { gateStack } from "../cli/gate";
 import { propose, withAllowlist } from "../cli/egress";
-import { mergeEvidence, Query, readQueryLog } from "../cli/querylog";
+import { mergeEvidence, Query, readQueryLog, UNDECODABLE } from "../cli/querylog";
 import { readStackFile } from "../components/config/load";
 import { renderAdguardConfig } from "../components/workloads/compose";
 import { airlock } from "./helpers/cli";
@@ -105,11 +105,14 @@ describe("the gateway's capture of every DNS query", () => {
         expect(log.queries[0].time.toISOString()).toBe("2026-11-27T18:08:53.852Z");
     });
 
-    it("a query line that does not decode is counted unreadable", () => {
+    it("a captured query that does not decode is still a lookup from its client, typed UNDECODABLE; a line that is not tcpdump's is unreadable", () => {
         const file = path.join(tempDir("capture"), "dns-queries.log");
         const line = fs.readFileSync(CAPTURE, "utf8").split("\n")[0];
-        fs.writeFileSync(file, [line, line.replace(/: .*$/, ": 57671+ [|domain]"), line].join("\n"));
-        expect(readQueryLog(file)).toMatchObject({ unreadable: 1, queries: [{ name: "github.com" }, { name: "github.com" }] });
+        fs.writeFileSync(file, [line, line.replace(/: .*$/, ": 57671+ [|domain]"), "not a capture line", line].join("\n"));
+        expect(readQueryLog(file)).toMatchObject({
+            unreadable: 1,
+            queries: [{ name: "github.com" }, { name: "57671+ [|domain]", type: UNDECODABLE, client: "100.100.7.2" }, { name: "github.com" }],
+        });
     });
 
     it("merged with AdGuard's logs: one entry per lookup; what AdGuard logged keeps its verdict, a failure gets its client, the rest is marked unlogged", () => {
@@ -128,9 +131,10 @@ describe("the gateway's capture of every DNS query", () => {
             // Another client's lookup is not this one's.
             q("2026-01-01T00:00:00.200Z", "github.com", { client: "100.100.7.9", unlogged: true }),
         ]);
+        // In time order, a matched lookup at its capture's time (AdGuard logs after the upstream answered).
         expect(merged.map((m) => [m.name, m.client, m.blocked, m.failed, m.unlogged])).toEqual([
-            ["github.com", "100.100.7.9", false, false, true],
             ["github.com", "100.100.7.1", false, false, false],
+            ["github.com", "100.100.7.9", false, false, true],
             ["evil.example", "100.100.7.1", true, false, false],
             ["x.exfil.net", "100.100.7.1", false, true, false],
             ["lost.example", "100.100.7.1", false, false, true],

@@ -69,8 +69,12 @@ export const SSHD_TEMPLATE_PATH = "/etc/airlock/sshd_config.in";
 export const COMPOSE_TEMPLATE_PATH = "/etc/airlock/compose.yml.in";
 const RENDER = "/usr/local/sbin/airlock-tailnet-render";
 export const SANDBOX_WRAPPER_PATH = "/usr/local/libexec/airlock/sandbox-shell";
-/** Every DNS query from the tailnet, captured on the gateway (tcpdump's lines), rotated daily to .1. */
-export const DNS_CAPTURE_LOG = "/var/log/airlock/dns-queries.log";
+/** Every DNS query from the tailnet, captured on the gateway (tcpdump's lines), rotated by size to .1 ... .(FILES-1). */
+export const DNS_CAPTURE_LOG = "/var/log/airlock/dns/queries.log";
+export const DNS_CAPTURE_FILE_BYTES = 64 * 1024 * 1024;
+export const DNS_CAPTURE_FILES = 8;
+/** The capture's files, oldest first, as the readers take them. */
+export const DNS_CAPTURE_FILES_OLDEST_FIRST = [...Array.from({ length: DNS_CAPTURE_FILES - 1 }, (_, i) => `${DNS_CAPTURE_LOG}.${DNS_CAPTURE_FILES - 1 - i}`), DNS_CAPTURE_LOG];
 /** The gateway's redirect of tailnet DNS to AdGuard Home's published port. */
 export const DNS_REDIRECT_PATH = "/etc/airlock/dns-redirect.nft";
 /** The sandbox's egress rules, loaded by airlock-egress.service before any process of the agent. */
@@ -310,9 +314,13 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
         // Tailnet DNS to AdGuard Home's unprivileged port: no user may bind below 1024.
         { path: DNS_REDIRECT_PATH, content: renderTemplate("nftables/gateway-dns-redirect.nft", { resolverPort: String(RESOLVER_PUBLISHED_PORT) }), permissions: "0600" },
         config("/etc/systemd/system/airlock-dns-redirect.service", "systemd/airlock-dns-redirect.service"),
-        config("/etc/systemd/system/airlock-dns-capture.service", "systemd/airlock-dns-capture.service", { captureLog: DNS_CAPTURE_LOG }),
-        config("/etc/systemd/system/airlock-dns-capture-rotate.service", "systemd/airlock-dns-capture-rotate.service", { captureLog: DNS_CAPTURE_LOG }),
-        config("/etc/systemd/system/airlock-dns-capture-rotate.timer", "systemd/airlock-dns-capture-rotate.timer"),
+        script("/usr/local/libexec/airlock/dns-capture", "scripts/dns-capture", {}),
+        config("/etc/systemd/system/airlock-dns-capture.service", "systemd/airlock-dns-capture.service", {
+            captureLog: DNS_CAPTURE_LOG,
+            fileBytes: String(DNS_CAPTURE_FILE_BYTES),
+            files: String(DNS_CAPTURE_FILES),
+            logsDirectory: path.posix.dirname(DNS_CAPTURE_LOG).replace(/^\/var\/log\//, ""),
+        }),
         // Without Docker's userland proxy, so AdGuard Home sees the sandbox's address; its ports
         // are published by airlock-rootless-publish instead (test/e2e-rootless-publish.test.ts).
         config(GATEWAY_DOCKER_CONFIG, "docker/gateway-daemon.json", { agentUser: user }),
@@ -575,7 +583,7 @@ function auditFiles(cfg: StackConfig): HostFile[] {
         ssh: rootSandboxSsh(),
         // Only what the sandbox's broker signed with its host key (pinned here at deploy) is taken.
         signer: { known_hosts: GATEWAY_KNOWN_HOSTS_PATH, host: cfg.hostnames.sandbox },
-        querylog: [`${data}/querylog.json.1`, `${data}/querylog.json`, `${data}/adguardhome.log`, `${DNS_CAPTURE_LOG}.1`, DNS_CAPTURE_LOG],
+        querylog: [`${data}/querylog.json.1`, `${data}/querylog.json`, `${data}/adguardhome.log`, ...DNS_CAPTURE_FILES_OLDEST_FIRST],
     };
     return [
         { path: "/usr/local/sbin/airlock-audit", content: renderTemplate("audit/airlock-audit", {}), permissions: "0755" },

@@ -1,0 +1,68 @@
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { describe, expect, it } from "vitest";
+import { readStackFile } from "../components/config/load";
+import { DNS_CAPTURE_FILE_BYTES, DNS_CAPTURE_FILES, DNS_CAPTURE_LOG } from "../components/render/hosts";
+import { renderHosts, renderedFile, stackFile, tempDir } from "./helpers/stacks";
+import { run, toolsAvailable } from "./helpers/tools";
+
+/**
+ * The gateway's DNS capture writer (templates/scripts/dns-capture) as rendered: it runs
+ * tcpdump (here a stand-in that prints what a hostile packet makes tcpdump print) and
+ * must keep the log bounded, line by line and in total, whatever arrives.
+ */
+
+const gateway = renderHosts(readStackFile(stackFile("dev"))).gateway;
+const unit = renderedFile(gateway, "/etc/systemd/system/airlock-dns-capture.service");
+
+function writer(): string {
+    const file = path.join(tempDir("dns-capture"), "dns-capture");
+    fs.writeFileSync(file, renderedFile(gateway, "/usr/local/libexec/airlock/dns-capture"), { mode: 0o755 });
+    return file;
+}
+
+describe.runIf(toolsAvailable("DNS capture writer", ["python3"]))("the gateway's DNS capture writer", () => {
+    it("the unit runs tcpdump through the writer, as tcpdump's user with only CAP_NET_RAW, into a log bounded by size", () => {
+        const execStart = /^ExecStart=(.+)$/m.exec(unit)![1].split(" ");
+        expect(execStart.slice(0, 5)).toEqual(["/usr/local/libexec/airlock/dns-capture", DNS_CAPTURE_LOG, String(DNS_CAPTURE_FILE_BYTES), String(DNS_CAPTURE_FILES), "--"]);
+        expect(execStart[5]).toBe("/usr/bin/tcpdump");
+        expect(unit).toMatch(/^User=tcpdump$/m);
+        expect(unit).toMatch(/^AmbientCapabilities=CAP_NET_RAW$/m);
+        expect(unit).toMatch(/^CapabilityBoundingSet=CAP_NET_RAW$/m);
+        expect(unit).toMatch(/^LogsDirectory=airlock\/dns$/m);
+        // Nothing writes the log but the writer: tcpdump's stdout is the writer's pipe.
+        expect(unit).not.toMatch(/^StandardOutput=/m);
+        // At most 512 MiB on the gateway's disk.
+        expect(DNS_CAPTURE_FILE_BYTES * DNS_CAPTURE_FILES).toBeLessThanOrEqual(512 * 1024 * 1024);
+    });
+
+    it("cuts a hostile line at 2 KiB and rotates by size, so a flood of them holds at most FILE_BYTES x FILES", () => {
+        const dir = tempDir("dns-capture-log");
+        const log = path.join(dir, "queries.log");
+        // What one crafted datagram makes tcpdump print (189 questions, each a pointer to a 250-byte name): ~190 KB.
+        const huge = `1795802757.277416 IP 100.100.7.1.51364 > 100.100.7.2.53: 4+ ${"TXT? " + "M-^?".repeat(250) + ". ".repeat(1)}`.repeat(190);
+        const fakeTcpdump = path.join(dir, "tcpdump");
+        fs.writeFileSync(fakeTcpdump, `#!/bin/bash\nfor i in $(seq 1 400); do printf '%s\\n' '${huge}'; printf '1795802757.277416 IP 100.100.7.1.51364 > 100.100.7.2.53: 5+ A? small-%s.example. (30)\\n' "$i"; done\nexit 3\n`, { mode: 0o755 });
+        const result = run("python3", [writer(), log, String(64 * 1024), "3", "--", fakeTcpdump], { timeout: 60_000 });
+        // tcpdump's status is the writer's: systemd starts both again.
+        expect(result.status).toBe(3);
+        const files = fs.readdirSync(dir).filter((n) => n.startsWith("queries.log")).sort();
+        expect(files).toEqual(["queries.log", "queries.log.1", "queries.log.2"]);
+        const total = files.reduce((n, f) => n + fs.statSync(path.join(dir, f)).size, 0);
+        expect(total).toBeLessThanOrEqual(3 * (64 * 1024 + 2048 + 7));
+        const oldestFirst = ["queries.log.2", "queries.log.1", "queries.log"];
+        const lines = oldestFirst.flatMap((f) => fs.readFileSync(path.join(dir, f), "utf8").split("\n").filter(Boolean));
+        expect(Math.max(...lines.map((l) => l.length))).toBeLessThanOrEqual(2048 + 6);
+        expect(lines.filter((l) => l.endsWith(" [cut]")).length).toBeGreaterThan(0);
+        // The newest small lines are all there, in order, each whole.
+        const small = lines.filter((l) => l.includes("small-"));
+        expect(small.at(-1)).toMatch(/A\? small-400\.example\. \(30\)$/);
+        expect(fs.statSync(log).mode & 0o777).toBe(0o640);
+    });
+
+    it("refuses a command line that is not its own", () => {
+        const result = run("python3", [writer(), "/tmp/x.log", "lots", "3", "--", "true"]);
+        expect(result.status).toBe(2);
+        expect(result.stderr.trim()).toBe("usage: airlock-dns-capture LOG FILE_BYTES FILES -- TCPDUMP ARGS...");
+    });
+});
