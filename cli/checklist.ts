@@ -53,6 +53,7 @@ interface MinterConfig {
     appId: number;
     maxPermissions: Record<string, string>;
     approvalRequired: string[];
+    repositories: string[];
 }
 const minterConfig = (plan: StackPlan): MinterConfig | undefined => {
     const text = artifact(plan, "gateway", "etc/airlock/github.json");
@@ -246,9 +247,13 @@ const AUTOMATIC: AutomaticItem[] = [
         rules: [],
         manualUnless: (plan) =>
             minterConfig(plan) ? undefined : "Mint a fine-grained or GitHub App token per task and pass it as GITHUB_TOKEN on that ssh command only (airlock:gateway.github does it for you).",
+        problems: (plan) =>
+            minterConfig(plan)!.repositories.length === 0
+                ? ["airlock:gateway.github.repositories lists no repository, so the minter mints nothing: list the repositories tasks may name (owner/name, or owner/* for all of one owner's)"]
+                : [],
         evidence: (plan) =>
             artifact(plan, "gateway", "usr/local/bin/airlock-github-token")
-                ? `airlock-github-token: App ${minterConfig(plan)!.appId}, per repository, at most 60 min, the key readable by root only`
+                ? `airlock-github-token: App ${minterConfig(plan)!.appId}, for ${minterConfig(plan)!.repositories.join(", ")} only, at most 60 min, the key readable by root only`
                 : undefined,
     },
     {

@@ -12,7 +12,7 @@ import { editedStack } from "./helpers/stacks";
 
 type Edit = (c: Record<string, any>) => void;
 
-const app = (github: Record<string, unknown>): Edit => (c) => (c["airlock:gateway"].github = { appId: 9, installationId: 8, ...github });
+const app = (github: Record<string, unknown>): Edit => (c) => (c["airlock:gateway"].github = { appId: 9, installationId: 8, repositories: ["acme/app"], ...github });
 const secrets = (...names: string[]): Edit => (c) => (c["airlock:gateway"].agent.secrets = Object.fromEntries(names.map((n) => [n, { secure: "v1:x" }])));
 
 async function itemsOf(...edits: Edit[]) {
@@ -27,7 +27,7 @@ describe("checklist: automation boundaries", () => {
         const items = await itemsOf(app(LEAST), secrets("ANTHROPIC_API_KEY", "SLACK_BOT_TOKEN", "GITHUB_APP_PRIVATE_KEY"));
         expect(items["github-no-merge-or-admin"]).toMatchObject({ status: "pass", detail: "maxPermissions contents:read, pull_requests:write" });
         expect(items["high-impact-needs-approval"]).toMatchObject({ status: "pass", detail: "no high-impact scope can be minted" });
-        expect(items["agent-tokens-are-scoped"]).toMatchObject({ status: "pass" });
+        expect(items["agent-tokens-are-scoped"]).toMatchObject({ status: "pass", detail: expect.stringContaining("for acme/app only") });
         expect(items["agent-no-deploy-credentials"]).toMatchObject({ status: "pass", detail: "agent secrets: ANTHROPIC_API_KEY, GITHUB_APP_PRIVATE_KEY, SLACK_BOT_TOKEN" });
         expect(items["runtime-commands-in-sandbox"]).toMatchObject({ status: "pass", detail: "Hermes's managed terminal: ssh to sandbox (airlock-dev-sandbox) as agent, cwd /workspace; started through airlock-hermes-preflight" });
         expect(items["default-branch-protected"].status).toBe("manual");
@@ -40,6 +40,8 @@ describe("checklist: automation boundaries", () => {
             "administration:read (changes settings, branch protection and collaborators) is minted without a human's approval"],
         ["actions:write (deploys) allowed without approval", app({ maxPermissions: { actions: "write" }, allowHighImpact: ["actions:write"] }), "high-impact-needs-approval",
             "actions:write (dispatches and re-runs workflows (deploys)) is minted without a human's approval"],
+        ["a GitHub App with no repositories listed", app({ ...LEAST, repositories: [] }), "agent-tokens-are-scoped",
+            "airlock:gateway.github.repositories lists no repository, so the minter mints nothing: list the repositories tasks may name (owner/name, or owner/* for all of one owner's)"],
         ["a cloud token among the agent's secrets", secrets("ANTHROPIC_API_KEY", "HCLOUD_TOKEN"), "agent-no-deploy-credentials", "HCLOUD_TOKEN (Hetzner Cloud)"],
         ["a long-lived GitHub token among the agent's secrets", secrets("GITHUB_TOKEN"), "agent-no-deploy-credentials", "GITHUB_TOKEN (a long-lived forge token (mint one per task instead))"],
     ])("fails when the stack has %s", async (_, edit, id, detail) => {

@@ -68,7 +68,7 @@ describe.runIf(canRun)("airlock-github-token against a fake GitHub", () => {
     function configure(github_: Record<string, unknown>) {
         const cfg = readStackFile(
             editedStack("dev", (c) => {
-                c["airlock:gateway"].github = { appId: APP_ID, installationId: INSTALLATION_ID, ...github_ };
+                c["airlock:gateway"].github = { appId: APP_ID, installationId: INSTALLATION_ID, repositories: ["acme/*"], ...github_ };
             }),
         );
         const rendered = JSON.parse(renderedFile(renderHosts(cfg).gateway, GATEWAY_AGENT_PATHS.githubConfig));
@@ -116,8 +116,42 @@ describe.runIf(canRun)("airlock-github-token against a fake GitHub", () => {
 
     describe("the scope", () => {
         beforeAll(() => {
-            configure({ maxPermissions: { contents: "read", pull_requests: "write", issues: "write" } });
+            configure({ maxPermissions: { contents: "read", pull_requests: "write", issues: "write" }, repositories: ["acme/app", "acme/lib", "acme/docs"] });
             storeKey(pem(app.privateKey));
+        });
+
+        it("refuses a repository the stack does not list, before any request to GitHub (red team 3: a private repository read, issues written on a public one)", async () => {
+            for (const [repositories, error] of [
+                [["acme/private-data"], "acme/private-data is not in airlock:gateway.github.repositories (acme/app, acme/lib, acme/docs)"],
+                [["acme/app", "acme/public-dropbox"], "acme/public-dropbox is not in airlock:gateway.github.repositories (acme/app, acme/lib, acme/docs)"],
+            ] as const) {
+                const { reply, log } = await ask([...repositories], { contents: "read" });
+                expect(reply).toEqual({ ok: false, error });
+                expect(log).toContain(`refused for uid`);
+            }
+            expect(github.requests).toEqual([]);
+            // GitHub's names are case-insensitive; the list is too.
+            expect((await ask(["ACME/App"], { contents: "read" })).reply.ok).toBe(true);
+        });
+
+        it("owner/* lists every repository of that owner, and no other owner's", async () => {
+            configure({ maxPermissions: { contents: "read" }, repositories: ["acme/*"] });
+            try {
+                expect((await ask(["acme/anything"], { contents: "read" })).reply.ok).toBe(true);
+                expect((await ask(["evil/anything"], { contents: "read" })).reply).toEqual({ ok: false, error: "evil/anything is not in airlock:gateway.github.repositories (acme/*)" });
+            } finally {
+                configure({ maxPermissions: { contents: "read", pull_requests: "write", issues: "write" }, repositories: ["acme/app", "acme/lib", "acme/docs"] });
+            }
+        });
+
+        it("a stack that lists no repositories mints nothing", async () => {
+            configure({ maxPermissions: { contents: "read" }, repositories: [] });
+            try {
+                expect((await ask(["acme/app"], { contents: "read" })).reply).toEqual({ ok: false, error: "airlock:gateway.github.repositories lists no repository: the minter mints nothing" });
+                expect(github.requests).toEqual([]);
+            } finally {
+                configure({ maxPermissions: { contents: "read", pull_requests: "write", issues: "write" }, repositories: ["acme/app", "acme/lib", "acme/docs"] });
+            }
         });
 
         it("asks GitHub for exactly the repositories and permissions requested, with a valid RS256 App JWT", async () => {
@@ -173,7 +207,8 @@ describe.runIf(canRun)("airlock-github-token against a fake GitHub", () => {
     });
 
     describe("keys and clocks", () => {
-        beforeAll(() => configure({ maxPermissions: { contents: "read" } }));
+        // some-other-org is listed too: GitHub answering with another owner's repository than asked is caught after the mint.
+        beforeAll(() => configure({ maxPermissions: { contents: "read" }, repositories: ["acme/*", "some-other-org/app"] }));
 
         it("a wrong key fails with one line that says which", async () => {
             storeKey(pem(generateKeyPairSync("rsa", { modulusLength: 2048 }).privateKey));

@@ -234,6 +234,14 @@ const github = z
         approvalRequired: z.array(githubScope).default([]),
         /** GitHub's REST API (GitHub Enterprise Server: https://HOST/api/v3). */
         apiUrl: z.url({ protocol: /^https$/ }).default("https://api.github.com"),
+        /**
+         * The repositories a task's token may name (owner/name, or owner/* for all of one owner's); the
+         * minter refuses any other before GitHub is asked. Empty: it mints nothing (and the checklist says so).
+         */
+        repositories: z
+            .array(z.string().regex(/^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})\/(?:\*|[A-Za-z0-9._-]{1,100})$/, "expected owner/name or owner/*"))
+            .refine((r) => r.every((name) => !/\/\.{1,2}$/.test(name)), { message: "expected owner/name or owner/*" })
+            .default([]),
     })
     .superRefine((g, ctx) => {
         for (const [name, level] of Object.entries(g.maxPermissions)) {

@@ -448,6 +448,7 @@ function githubTokenFiles(cfg: StackConfig): HostFile[] {
         maxPermissions: github.maxPermissions,
         approvalRequired: github.approvalRequired,
         apiUrl: github.apiUrl,
+        repositories: github.repositories,
     };
     return [
         { path: p.githubConfig, content: `${JSON.stringify(minterConfig, null, 2)}\n`, permissions: "0644" },
