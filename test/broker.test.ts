@@ -3,6 +3,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
+import { AUDIT_PROGRAM } from "../cli/audit";
 import { installBrokerFiles, recordEntries, startBroker, talk, TestBroker } from "./helpers/broker";
 import { renderHosts, stackFile, tempDir } from "./helpers/stacks";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
@@ -26,7 +27,7 @@ describe.runIf(toolsAvailable("root broker", ["systemd-socket-activate", "socat"
     beforeAll(async () => {
         dir = tempDir("broker");
         const files = installBrokerFiles(renderHosts(readStackFile(stackFile("dev"))).sandbox, dir);
-        broker = await startBroker(files.broker, files.socket, files.stateDir);
+        broker = await startBroker(files.broker, files.socket, files.stateDir, undefined, { AIRLOCK_CHECKPOINT_ENGINE: path.join(dir, "engine") });
     });
     afterAll(async () => {
         await broker?.stop();
@@ -190,6 +191,27 @@ describe.runIf(toolsAvailable("root broker", ["systemd-socket-activate", "socat"
         } finally {
             fs.writeFileSync(broker.recordFile, before);
         }
+    });
+
+    it("puts the undo verbs on the record itself, ran or refused, before the agent hears the answer; the gateway's checker takes them", () => {
+        // A stand-in engine: restore 7 works, anything else is refused as the engine refuses it.
+        const engine = path.join(dir, "engine");
+        fs.writeFileSync(engine, '#!/bin/sh\ncase "$1 $4" in "restore 7") echo "airlock: restored workspace shared to checkpoint 7";; "create "*) echo "checkpoint 4 of shared (manual)";; *) echo "airlock: no checkpoint 9 in workspace shared" >&2; exit 1;; esac\n', { mode: 0o755 });
+        const before = lines().length;
+        const asked = talk(broker.socket, "checkpoint workspace=shared label=" + b64("before the refactor") + "\nrestore workspace=shared id=7\nrestore workspace=shared id=9\n");
+        expect(asked.lines).toEqual(["data checkpoint 4 of shared (manual)", "ok", "data restored workspace shared to checkpoint 7", "ok", "error no checkpoint 9 in workspace shared"]);
+        const verbs = recordEntries(broker.recordFile).slice(before);
+        expect(verbs.map((e) => [e.kind, e.verb, e.workspace, e.args, e.outcome, e.detail, e.uid])).toEqual([
+            ["verb", "checkpoint", "shared", { label: "before the refactor" }, "ok", "checkpoint 4 of shared (manual)", process.getuid!()],
+            ["verb", "restore", "shared", { id: "7" }, "ok", "restored workspace shared to checkpoint 7", process.getuid!()],
+            ["verb", "restore", "shared", { id: "9" }, "refused", "no checkpoint 9 in workspace shared", process.getuid!()],
+        ]);
+        // The gateway's checker reads them as records of the chain.
+        const copy = tempDir("verbs-copy");
+        fs.copyFileSync(broker.recordFile, path.join(copy, "record.jsonl"));
+        const audit = (...args: string[]) => run("/usr/bin/python3", ["-IS", AUDIT_PROGRAM, "--config", "-", "--dir", copy, ...args]);
+        expect(audit("verify").status).toBe(0);
+        expect(audit("show").stdout).toMatch(/^#\d+ \S+ {2}restore shared id=7 {2}by (root|uid \d+) {2}ok\n {4}restored workspace shared to checkpoint 7$/m);
     });
 
     it.runIf(isRoot())("refuses new records when the record's filesystem is nearly full", async () => {

@@ -6,8 +6,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { StackConfig } from "../components/config/schema";
 import { CHECKPOINT_CLIENT_PATH, CHECKPOINT_ENGINE_PATH } from "../components/render/checkpoints";
-import { RenderedHost, SANDBOX_WRAPPER_PATH, SSHD_TEMPLATE_PATH } from "../components/render/hosts";
-import { checkpointClient, recordEntries, TestBroker } from "./helpers/broker";
+import { BROKER_SOCKET_PATH, RenderedHost, SANDBOX_WRAPPER_PATH, SSHD_TEMPLATE_PATH } from "../components/render/hosts";
+import { checkpointClient, recordEntries, talk, TestBroker } from "./helpers/broker";
 import { CheckpointRig, startCheckpointRig } from "./helpers/checkpointRig";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
 import { editedStack, readmeSample, renderHosts, renderedFile, tempDir } from "./helpers/stacks";
@@ -107,7 +107,7 @@ describe.runIf(canRun)("the undo button through ssh", () => {
         // The volume, the agent's Docker and the engine; the broker runs that engine.
         rig = await startCheckpointRig(cfg, sandboxes["per-session"]!, 3 * GiB);
         dirs = rig.dirs;
-        engineEnv = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin", AIRLOCK_CHECKPOINTS_CONFIG: rig.configPath };
+        engineEnv = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin", AIRLOCK_CHECKPOINTS_CONFIG: rig.configPath, AIRLOCK_BROKER_SOCKET: path.join(root, BROKER_SOCKET_PATH) };
         broker = await startSandboxBroker(root, AGENT, { AIRLOCK_CHECKPOINT_ENGINE: path.join(root, CHECKPOINT_ENGINE_PATH), AIRLOCK_CHECKPOINTS_CONFIG: rig.configPath });
 
         // sshd on the "tailnet" address, its config rendered by the real boot script.
@@ -182,6 +182,14 @@ describe.runIf(canRun)("the undo button through ssh", () => {
             }
             expect(ssh("git --version").stdout).toMatch(/^git version \d/);
             expect(containerId("agent-sandbox-shell")).not.toBe(before);
+            // Both verbs are on the record, written by the broker: a restore leaves a trace.
+            const verbs = recordEntries(broker!.recordFile).filter((e) => e.kind === "verb");
+            expect(verbs.map((e) => [e.verb, e.workspace, e.args, e.outcome])).toEqual([
+                ["checkpoint", "shared", { label: "before cleanup" }, "ok"],
+                // The automatic one before the rm -rf, asked for by the wrapper.
+                ["checkpoint", "shared", { auto: "yes", label: "rm -rf /workspace/app /usr/bin/git" }, "ok"],
+                ["restore", "shared", { label: "before cleanup" }, "ok"],
+            ]);
         });
 
         it("the list names each checkpoint's label, the command that followed and its exit status; the record names the automatic one", () => {
@@ -206,6 +214,11 @@ describe.runIf(canRun)("the undo button through ssh", () => {
             expect(result.stdout).toBe("");
             expect(result.stderr).toBe("airlock: no checkpoint 999 in workspace shared (see: airlock checkpoints)\n");
             expect(state()).toEqual(before);
+            expect(recordEntries(broker!.recordFile).filter((e) => e.kind === "verb" && e.verb === "restore").at(-1)).toMatchObject({
+                args: { id: "999" },
+                outcome: "refused",
+                detail: "no checkpoint 999 in workspace shared (see: airlock checkpoints)",
+            });
         });
 
         it("from inside the container the checkpoints are out of sight and out of reach", () => {
@@ -241,6 +254,14 @@ describe.runIf(canRun)("the undo button through ssh", () => {
             const swept = maintain();
             expect(swept.status, swept.stderr).toBe(0);
             expect(swept.stdout).toMatch(/session s-beta: idle 61 min, archived as checkpoint 1/);
+            // Created by the agent's first command, archived by root's maintenance: both on the record.
+            const sessions = recordEntries(broker!.recordFile).filter((e) => e.kind === "verb" && e.workspace === "s-beta" && e.verb.startsWith("session"));
+            expect(sessions.map((e) => [e.verb, e.uid, e.detail])).toEqual([
+                ["session-create", Number(run("id", ["-u", AGENT]).stdout.trim()), expect.stringMatching(/^created, /)],
+                ["session-removed", 0, "idle 61 min, archived as checkpoint 1"],
+            ]);
+            // Only root's jobs may write such an event: the agent, on the broker's socket, is refused.
+            expect(talk(broker!.socket, `record-event workspace=s-beta event=session-removed detail=${Buffer.from("forged").toString("base64")}\n`, AGENT).lines).toEqual(["error record-event: root's jobs only"]);
             expect(docker("inspect", "agent-s-beta").status).not.toBe(0);
             expect(fs.existsSync(path.join(dirs.workspaces, "s-beta"))).toBe(false);
             expect(ssh("cat mine.txt", { AIRLOCK_SESSION: "alpha" }).stdout).toBe("alpha\n");
