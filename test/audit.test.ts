@@ -415,9 +415,9 @@ describe.runIf(toolsAvailable("airlock-audit", ["socat", "systemd-socket-activat
             ssh: ["ssh", "-F", "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf", "-i", "/var/lib/airlock/sandbox-ssh/id_ed25519", "-o", "ControlPath=none", "sandbox"],
             signer: { known_hosts: "/etc/airlock/known_hosts", host: "airlock-dev-sandbox" },
             querylog: [
-                "/home/agent/.local/share/airlock/adguard/work/data/querylog.json.1",
-                "/home/agent/.local/share/airlock/adguard/work/data/querylog.json",
-                "/home/agent/.local/share/airlock/adguard/work/data/adguardhome.log",
+                "/var/lib/airlock/resolver/work/data/querylog.json.1",
+                "/var/lib/airlock/resolver/work/data/querylog.json",
+                "/var/lib/airlock/resolver/work/data/adguardhome.log",
                 ...[7, 6, 5, 4, 3, 2, 1].map((n) => `/var/log/airlock/dns/queries.log.${n}`),
                 "/var/log/airlock/dns/queries.log",
             ],

@@ -101,6 +101,8 @@ describe.runIf(toolsAvailable("DNS evidence against crafted packets", ["tcpdump"
         expect(text).toContain("(a query the capture could not decode: 4660+ [1au] TXT? <BAD PTR> [|domain])");
         expect(text).toMatch(/^outside any command:\n {2}2026-11-27T18:00Z {2}6 lookups: /m);
         expect(text).not.toMatch(/[\x00-\x08\x0b-\x1f\x7f]/);
+        // None of them reached AdGuard's logs here: each is counted as seen only in the capture.
+        expect(text).toMatch(/^\(12 lookups only in the gateway's capture: AdGuard Home dropped them/m);
     });
 
     it("egress propose flags the packets it could not decode, proposes nothing from them, and still counts each lookup", () => {

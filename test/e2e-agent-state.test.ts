@@ -2,7 +2,8 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
-import { AGENT_STATE_IMAGE, AGENT_STATE_MOUNT } from "../components/workloads/compose";
+import { RESOLVER_STATE_IMAGE, RESOLVER_STATE_MOUNT } from "../components/render/hosts";
+import { AGENT_STATE_IMAGE, AGENT_STATE_MOUNT, RESOLVER_WORK_DIR } from "../components/workloads/compose";
 import { editedStack, renderedFile, renderHosts } from "./helpers/stacks";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
@@ -88,5 +89,31 @@ describe.runIf(canRun)("airlock-agent-state", () => {
         expect(smaller.status).toBe(0);
         expect(smaller.stderr).toContain("larger than stateGb=1; not shrinking it");
         expect(sizeGb()).toBeGreaterThan(1.8);
+        expect(run("umount", [mount()]).status).toBe(0);
+    });
+
+    it("the resolver's work directory gets one of its own (resolverLogGb): a flood of its logs fills that, never the disk", () => {
+        const cfg = readStackFile(editedStack("dev", (c) => (c["airlock:agent"].user = AGENT, (c["airlock:gateway"].resolverLogGb = 1))));
+        const file = path.join(dir, "airlock-resolver-state");
+        fs.writeFileSync(
+            file,
+            renderedFile(renderHosts(cfg).gateway, "/usr/local/sbin/airlock-resolver-state")
+                .replace(`readonly IMAGE=${RESOLVER_STATE_IMAGE}`, `readonly IMAGE=${dir}/resolver.img`)
+                .replace(`readonly MOUNT=${RESOLVER_STATE_MOUNT}`, `readonly MOUNT=${mount()}`),
+            { mode: 0o755 },
+        );
+        const avail = () => Number(run("df", ["--output=avail", "-B1", "/var/tmp"]).stdout.trim().split("\n")[1]);
+        const before = avail();
+        const made = run(file, []);
+        expect(made.status, made.stderr).toBe(0);
+        expect(made.stdout).toMatch(/^airlock-resolver-state: .* holds work$/m);
+        expect(sizeGb()).toBeLessThanOrEqual(1);
+        // The compose file binds AdGuard Home's work directory there.
+        expect(path.join(RESOLVER_STATE_MOUNT, "work")).toBe(RESOLVER_WORK_DIR);
+        // The agent's container (its uid) writes 2 GB: the filesystem is full at 1 GB, and the disk gave no more than the image.
+        const flood = run("runuser", ["-u", AGENT, "--", "dd", "if=/dev/zero", `of=${path.join(mount(), "work", "querylog.json")}`, "bs=1M", "count=2048"]);
+        expect(flood.stderr).toMatch(/No space left on device/);
+        expect(fs.statSync(path.join(mount(), "work", "querylog.json")).size).toBeLessThanOrEqual(1024 ** 3);
+        expect(before - avail()).toBeLessThan(1024 ** 3 + 64 * 1024 ** 2);
     });
 });

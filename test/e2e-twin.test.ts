@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { StackConfig } from "../components/config/schema";
 import { DNS_CAPTURE_LOG } from "../components/render/hosts";
+import { RESOLVER_WORK_DIR } from "../components/workloads/compose";
 import { planStack } from "../cli/offline";
 import { collectArtifacts } from "../cli/plan";
 import { GUESTS, HOST_ADDRESS, twinNetns } from "../twin/contract";
@@ -87,7 +88,7 @@ describe.runIf(canRun)("the twin", () => {
         [
             ...(["gateway", "sandbox"] as const).map((role) => `${role}: ${asRoot(role, "tailscale status; tailscale ip -4").stdout}`),
             asRoot("gateway", `runuser -u ${cfg.agent.user} -- env XDG_RUNTIME_DIR=/run/user/${cfg.agent.uid} DOCKER_HOST=unix:///run/user/${cfg.agent.uid}/docker.sock sh -c 'docker ps -a; docker logs --tail 40 airlock-adguard 2>&1'`).stdout,
-            asRoot("gateway", `tail -n 20 /home/${cfg.agent.user}/.local/share/airlock/adguard/work/data/adguardhome.log`).stdout,
+            asRoot("gateway", `tail -n 20 ${RESOLVER_WORK_DIR}/data/adguardhome.log`).stdout,
             `coordinator: ${fs.existsSync(path.join(runDirOf(STACK), "coordinator.log")) ? fs.readFileSync(path.join(runDirOf(STACK), "coordinator.log"), "utf8").slice(-3000) : "(no log)"}`,
         ].join("\n");
     /** Several probes at once, as the agent (one command: each deadline runs beside the others). */
@@ -445,7 +446,7 @@ describe.runIf(canRun)("the twin", () => {
             ? ""
             : [
                   asRoot("sandbox", "systemctl --no-pager status airlock-tailnet-config.service airlock-egress.service; journalctl --no-pager -b -n 60 -u airlock-tailnet-config.service -u airlock-egress-refresh.service; nft list table inet airlock").stdout,
-                  asRoot("gateway", `systemctl --no-pager --failed; tail -c 2000 /home/${cfg.agent.user}/.local/share/airlock/adguard/work/data/querylog.json`).stdout,
+                  asRoot("gateway", `systemctl --no-pager --failed; tail -c 2000 ${RESOLVER_WORK_DIR}/data/querylog.json`).stdout,
                   dnsPathState(),
                   asAgent(`getent hosts ${name}; echo "getent: $?"`, [], MINUTE).stdout,
               ].join("\n");

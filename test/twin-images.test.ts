@@ -7,7 +7,7 @@ import { readQueryLog } from "../cli/querylog";
 import { readStackFile } from "../components/config/load";
 import type { StackConfig } from "../components/config/schema";
 import { TEMPLATES_DIR } from "../components/render/templates";
-import { adguardDataDir, renderAdguardConfig, renderGatewayCompose, renderSandboxCompose, ResolvedImages } from "../components/workloads/compose";
+import { adguardDataDir, renderAdguardConfig, renderGatewayCompose, renderSandboxCompose, ResolvedImages, RESOLVER_WORK_DIR } from "../components/workloads/compose";
 import { configuredImages } from "../components/workloads/images";
 import { REGISTRY_ADDRESS } from "../twin/contract";
 import { planStack } from "../cli/offline";
@@ -240,7 +240,7 @@ describe.runIf(canRun)("the twin's images and registry", () => {
         installFiles(renderHosts(prod).gateway, root);
         const data = path.join(root, adguardDataDir(prod));
         fs.mkdirSync(path.join(data, "conf"), { recursive: true });
-        fs.mkdirSync(path.join(data, "work"), { recursive: true });
+        fs.mkdirSync(path.join(root, RESOLVER_WORK_DIR), { recursive: true });
         // As in the twin: the real AdGuard Home asks the twin's resolver (here, the fake upstream) in plain DNS.
         fs.writeFileSync(path.join(data, "conf", "AdGuardHome.yaml"), twinResolverUpstreams(renderAdguardConfig(prod), UPSTREAM));
         const doc = YAML.parse(renderGatewayCompose(prod, pinnedImages(prod, prodPinned)).replaceAll("@TAILNET_IPV4@", TAILNET));
@@ -289,7 +289,7 @@ describe.runIf(canRun)("the twin's images and registry", () => {
         // ...and a client outside allowed_clients gets no answer at all.
         expect(dig("api.github.com", REGISTRY_ADDRESS).stdout).toContain("timed out");
 
-        const log = readQueryLog(path.join(data, "work", "data", "querylog.json"));
+        const log = readQueryLog(path.join(root, RESOLVER_WORK_DIR, "data", "querylog.json"));
         expect(log.unreadable).toBe(0);
         const seen = log.queries.map((q) => ({ name: q.name, client: q.client, type: q.type, blocked: q.blocked }));
         expect(seen).toContainEqual({ name: "api.github.com", client: TAILNET, type: "A", blocked: false });

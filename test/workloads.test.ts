@@ -139,7 +139,10 @@ const adguardConfig = z.strictObject({
         bootstrap_dns: z.array(z.string()).min(1),
         upstream_mode: z.enum(["load_balance", "parallel", "fastest_addr"]),
         refuse_any: z.boolean(),
-        ratelimit: z.number().int(),
+        // Per client, and per address (a /32): a flood's cost is bounded (RESOLVER_RATELIMIT).
+        ratelimit: z.literal(100),
+        ratelimit_subnet_len_ipv4: z.literal(32),
+        ratelimit_subnet_len_ipv6: z.literal(128),
         cache_size: z.number().int(),
         anonymize_client_ip: z.literal(false),
     }),

@@ -287,6 +287,8 @@ const stackConfigBase = z.strictObject({
         adminSshKeys: z.array(sshPublicKey).min(1, "expected at least one operator key"),
         agent: agentRuntime.optional(),
         github: github.optional(),
+        /** Size of the filesystem holding the resolver's query log, own log and statistics: a DNS flood fills this, never the disk. */
+        resolverLogGb: z.number().int().min(1).max(100).default(4),
     }),
     sandbox: host.extend({
         /** Size of the hcloud Volume mounted at /workspace; it outlives sandbox servers. */

@@ -265,9 +265,9 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
     const user = cfg.agent.user;
     const adguard = adguardDataDir(cfg);
     // The rendered AdGuard config replaces the live one at every start: this stack is the source of truth.
-    const workloadsPre = [`/usr/bin/install -D -m 0600 /etc/airlock/adguard/AdGuardHome.yaml ${adguard}/conf/AdGuardHome.yaml`, `/usr/bin/mkdir -p ${adguard}/work`];
-    // The runtime's filesystem and secrets exist before its compose file is checked and started.
-    const runtimeUnits = [...agentUnits(cfg), ...(cfg.gateway.github ? ["airlock-github-token.socket", "airlock-github-token-revoke.timer"] : [])];
+    const workloadsPre = [`/usr/bin/install -D -m 0600 /etc/airlock/adguard/AdGuardHome.yaml ${adguard}/conf/AdGuardHome.yaml`];
+    // The resolver's and the runtime's filesystems and secrets exist before the compose file is checked and started.
+    const runtimeUnits = ["airlock-resolver-state.service", ...agentUnits(cfg), ...(cfg.gateway.github ? ["airlock-github-token.socket", "airlock-github-token-revoke.timer"] : [])];
     const compose = renderGatewayCompose(cfg, images);
     const files: HostFile[] = [
         // The runtime's units order themselves before the compose check and the user manager
@@ -308,6 +308,7 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
             rootKey: GATEWAY_ROOT_SANDBOX_KEY,
         }),
         { path: "/etc/airlock/adguard/AdGuardHome.yaml", content: renderAdguardConfig(cfg), permissions: "0644" },
+        ...resolverStateFiles(cfg),
         ...agentRuntimeFiles(cfg),
         ...githubTokenFiles(cfg),
         ...backupFiles(cfg),
@@ -334,7 +335,7 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
         "gateway",
         files,
         { adminUser, agentUser: user, agentUid: cfg.agent.uid, enableBackupTimers: ["systemctl", "enable", "--now", ...backupTimers(cfg)] },
-        runtimeUnits.length > 0 ? [["systemctl", "enable", "--now", ...runtimeUnits]] : [],
+        [["systemctl", "enable", "--now", ...runtimeUnits]],
     );
 }
 
@@ -423,15 +424,59 @@ function agentRuntimeFiles(cfg: StackConfig): HostFile[] {
             forbiddenNames: py(RUNTIME_FORBIDDEN_ENV),
         }),
         config("/etc/systemd/system/airlock-agent-secrets.service", "systemd/airlock-agent-secrets.service", { agentUid: String(cfg.agent.uid) }),
-        script("/usr/local/sbin/airlock-agent-state", "scripts/agent-state", {
-            agentUser: user,
-            stateGb: String(runtime.stateGb),
-            stateImage: AGENT_STATE_IMAGE,
-            stateMount: AGENT_STATE_MOUNT,
-            stateVolumes: volumes.join(" "),
+        ...stateFilesystem(cfg, {
+            name: "airlock-agent-state",
+            purpose: "the agent runtime's volumes (its state, its memory database)",
+            label: "airlock-agent",
+            sizeKey: "stateGb",
+            sizeGb: runtime.stateGb,
+            image: AGENT_STATE_IMAGE,
+            mount: AGENT_STATE_MOUNT,
+            volumes,
         }),
-        config("/etc/systemd/system/airlock-agent-state.service", "systemd/airlock-agent-state.service", { agentUid: String(cfg.agent.uid) }),
     ];
+}
+
+/**
+ * A fixed-size ext4 image mounted at a root-owned path, its directories the agent's, before the
+ * agent's user manager starts (templates/scripts/state-filesystem): what it holds can fill it,
+ * never the gateway's disk. The script and its unit, both named `name`.
+ */
+function stateFilesystem(
+    cfg: StackConfig,
+    fs: { name: string; purpose: string; label: string; sizeKey: string; sizeGb: number; image: string; mount: string; volumes: string[] },
+): HostFile[] {
+    return [
+        script(`/usr/local/sbin/${fs.name}`, "scripts/state-filesystem", {
+            name: fs.name,
+            purpose: fs.purpose,
+            label: fs.label,
+            sizeKey: fs.sizeKey,
+            agentUser: cfg.agent.user,
+            sizeGb: String(fs.sizeGb),
+            image: fs.image,
+            mount: fs.mount,
+            volumes: fs.volumes.join(" "),
+        }),
+        config(`/etc/systemd/system/${fs.name}.service`, "systemd/state-filesystem.service", { name: fs.name, purpose: fs.purpose, agentUid: String(cfg.agent.uid) }),
+    ];
+}
+
+/** The resolver's working directory (its query log, its own log, its statistics), on a filesystem of resolverLogGb. */
+export const RESOLVER_STATE_IMAGE = "/var/lib/airlock/resolver.img";
+export const RESOLVER_STATE_MOUNT = "/var/lib/airlock/resolver";
+
+function resolverStateFiles(cfg: StackConfig): HostFile[] {
+    return stateFilesystem(cfg, {
+        name: "airlock-resolver-state",
+        purpose: "the resolver's query log, own log and statistics",
+        label: "airlock-resolver",
+        sizeKey: "resolverLogGb",
+        sizeGb: cfg.gateway.resolverLogGb,
+        image: RESOLVER_STATE_IMAGE,
+        mount: RESOLVER_STATE_MOUNT,
+        volumes: ["work"],
+    });
 }
 
 /** The minter's state: approvals waiting to be used, tokens waiting to be revoked. */
@@ -576,7 +621,7 @@ function backupFiles(cfg: StackConfig): HostFile[] {
  * log's failed lookups, are joined by `airlock-audit show`.
  */
 function auditFiles(cfg: StackConfig): HostFile[] {
-    const data = `${adguardDataDir(cfg)}/work/data`;
+    const data = `${RESOLVER_STATE_MOUNT}/work/data`;
     // AdGuard's own log names the lookups whose upstream failed, which its query log never holds.
     // The capture holds every query (also those AdGuard never logged); the readers keep one line per lookup.
     const settings = {

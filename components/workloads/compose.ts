@@ -30,6 +30,8 @@ const STARTUP_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETU
 
 /** Where the agent's AdGuard Home keeps its live config and query log on the gateway. */
 export const adguardDataDir = (cfg: StackConfig) => `/home/${cfg.agent.user}/.local/share/airlock/adguard`;
+/** AdGuard Home's work directory, on the resolver's fixed-size filesystem (airlock-resolver-state, /var/lib/airlock/resolver). */
+export const RESOLVER_WORK_DIR = "/var/lib/airlock/resolver/work";
 
 type Service = Record<string, unknown>;
 /** The hardening keys a stack may set per service (see serviceOverrides in the schema). */
@@ -291,6 +293,12 @@ export function renderSessionCompose(cfg: StackConfig, images: ResolvedImages): 
  * nftables redirect (templates/nftables/gateway-dns-redirect.nft).
  */
 export const RESOLVER_PUBLISHED_PORT = 10053;
+/**
+ * Lookups a second AdGuard Home answers one client (dnsproxy's ratelimit, a one-second
+ * window per /32): more are dropped unanswered. dnsproxy applies it to UDP only
+ * (proxy/server.go, v0.75.6); a lookup over TCP costs the sender a connection.
+ */
+export const RESOLVER_RATELIMIT = 100;
 
 export function renderGatewayCompose(cfg: StackConfig, images: ResolvedImages): string {
     const data = adguardDataDir(cfg);
@@ -301,7 +309,8 @@ export function renderGatewayCompose(cfg: StackConfig, images: ResolvedImages): 
             image: images.adguard,
             // The sandbox's resolver, on the tailnet address only (port 53 there is redirected to it).
             ports: [`${TAILNET_IPV4_PLACEHOLDER}:${RESOLVER_PUBLISHED_PORT}:53/udp`, `${TAILNET_IPV4_PLACEHOLDER}:${RESOLVER_PUBLISHED_PORT}:53/tcp`],
-            volumes: [`${data}/conf:/opt/adguardhome/conf`, `${data}/work:/opt/adguardhome/work`],
+            // Its work directory (query log, own log, statistics) on a filesystem of resolverLogGb: a flood fills that, never the disk.
+            volumes: [`${data}/conf:/opt/adguardhome/conf`, `${RESOLVER_WORK_DIR}:/opt/adguardhome/work`],
             read_only: true,
             networks: ["egress"],
         }),
@@ -324,6 +333,7 @@ export function renderAdguardConfig(cfg: StackConfig): string {
     const rules = mode === "allowlist" ? ["||*^", ...allowlist.map((d) => `@@||${d.replace(/^\*\./, "")}^`)] : [];
     return renderTemplate("adguard/AdGuardHome.yaml", {
         mode,
+        ratelimit: String(RESOLVER_RATELIMIT),
         upstreams: JSON.stringify(upstreams),
         bootstrap: JSON.stringify(bootstrap),
         queryLogInterval: JSON.stringify(`${queryLogDays * 24}h`),
