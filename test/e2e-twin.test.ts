@@ -419,7 +419,7 @@ describe.runIf(canRun)("the twin", () => {
         expect(agentStarted).toBeGreaterThan(0);
         expect(rulesLoaded).toBeLessThanOrEqual(agentStarted);
         // While the gateway is down, whatever of the agent runs is behind them: not its host user, not its container.
-        expect(asRoot("sandbox", "nft list chain inet airlock output").stdout).toMatch(/agent: metadata service/);
+        expect(asRoot("sandbox", "nft list chain inet airlock agent").stdout).toMatch(/agent: metadata service/);
         expect(asRoot("sandbox", `runuser -u ${cfg.agent.user} -- bash -c ${shq(probe("169.254.169.254", 80))}`).stdout.trim()).not.toBe("open");
         const docker = `runuser -u ${cfg.agent.user} -- env XDG_RUNTIME_DIR=/run/user/${cfg.agent.uid} DOCKER_HOST=unix:///run/user/${cfg.agent.uid}/docker.sock docker`;
         const running = asRoot("sandbox", `${docker} ps --format '{{.Names}}'`).stdout;

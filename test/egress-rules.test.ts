@@ -101,6 +101,33 @@ describe.runIf(canRun).each(["observe", "allowlist"])("egress rules in the kerne
         expect(probe("root", RESOLVER, 53)).toBe("sent");
     });
 
+    it("judges only the agent's packets: the kernel's own (IPv6 neighbour discovery) and other users' IPv6 keep working", () => {
+        // A neighbour on a link of its own (a second interface), in a namespace of its own, over IPv6.
+        const neighbour = `${netns}-nb`;
+        run("ip", ["netns", "del", neighbour]);
+        try {
+            for (const step of [
+                ["ip", "netns", "add", neighbour],
+                ["ip", "netns", "exec", netns, "ip", "link", "add", "eth1", "type", "veth", "peer", "name", "nb0", "netns", neighbour],
+                ["ip", "netns", "exec", neighbour, "ip", "-6", "addr", "add", "fd00:9::2/64", "dev", "nb0", "nodad"],
+                ["ip", "netns", "exec", neighbour, "ip", "link", "set", "nb0", "up"],
+                ["ip", "netns", "exec", netns, "ip", "-6", "addr", "add", "fd00:9::1/64", "dev", "eth1", "nodad"],
+                ["ip", "netns", "exec", netns, "ip", "link", "set", "eth1", "up"],
+            ]) {
+                const result = run(step[0], step.slice(1));
+                if (result.status !== 0) throw new Error(`${step.join(" ")}: ${result.stderr}`);
+            }
+            // Root's ping needs the neighbour's link-layer address first: the kernel's solicitation has no socket of a user.
+            const ping = run("ip", ["netns", "exec", netns, "ping", "-6", "-c", "1", "-W", "3", "fd00:9::2"]);
+            expect(ping.status, ping.stdout + ping.stderr).toBe(0);
+            expect(probe("root", "fd00:9::2", 443)).toBe("sent");
+            // The agent's IPv6 is still judged: in allowlist mode nothing but the allowlist (IPv4) leaves.
+            expect(probe(AGENT, "fd00:9::2", 443)).toBe(mode === "allowlist" ? "blocked" : "sent");
+        } finally {
+            run("ip", ["netns", "del", neighbour]);
+        }
+    });
+
     it(`the internet: ${mode === "allowlist" ? "allowlisted addresses on 80/443 only" : "open, and logged by the resolver"}`, () => {
         expect(probe(AGENT, ALLOWED, 443)).toBe("sent");
         expect(probe(AGENT, OTHER, 443)).toBe(mode === "allowlist" ? "blocked" : "sent");

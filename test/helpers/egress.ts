@@ -29,9 +29,9 @@ export const SANDBOX_INTERFACES = [
 /** The rendered rules with the agent's uid moved to `uid` (the test's stand-in for the agent); its subordinate ids stay. */
 export function egressRulesFor(sandbox: RenderedHost, agentUid: number, uid: number): string {
     const rules = renderedFile(sandbox, EGRESS_RULES_PATH);
-    const marker = `meta skuid != { ${agentUid}, `;
+    const marker = `meta skuid { ${agentUid}, `;
     if (!rules.includes(marker)) throw new Error(`the egress rules no longer say "${marker}"`);
-    return rules.replace(marker, `meta skuid != { ${uid}, `);
+    return rules.replace(marker, `meta skuid { ${uid}, `);
 }
 
 /**
