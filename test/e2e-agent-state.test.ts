@@ -92,6 +92,22 @@ describe.runIf(canRun)("airlock-agent-state", () => {
         expect(run("umount", [mount()]).status).toBe(0);
     });
 
+    it("a disk without room for stateGb fails by name before anything is written (fallocate reserves it all)", () => {
+        const small = path.join(dir, "small");
+        fs.mkdirSync(small);
+        expect(run("mount", ["-t", "tmpfs", "-o", "size=64m", "tmpfs", small]).status).toBe(0);
+        try {
+            const file = script(1);
+            fs.writeFileSync(file, fs.readFileSync(file, "utf8").replace(`readonly IMAGE=${dir}/agent-state.img`, `readonly IMAGE=${small}/agent-state.img`));
+            const refused = run(file, []);
+            expect(refused.status).toBe(1);
+            expect(refused.stderr.trim()).toMatch(/^airlock-agent-state: stateGb=1 needs 1024 MiB more on .*\/small; \d+ MiB free$/);
+            expect(fs.readdirSync(small)).toEqual([]);
+        } finally {
+            run("umount", [small]);
+        }
+    });
+
     it("the resolver's work directory gets one of its own (resolverLogGb): a flood of its logs fills that, never the disk", () => {
         const cfg = readStackFile(editedStack("dev", (c) => (c["airlock:agent"].user = AGENT, (c["airlock:gateway"].resolverLogGb = 1))));
         const file = path.join(dir, "airlock-resolver-state");

@@ -34,8 +34,12 @@ const RECIPE = {
         "deb http://deb.debian.org/debian bookworm-updates main",
         "deb http://deb.debian.org/debian-security bookworm-security main",
     ],
-    /** Room for the packages, images and databases user_data brings (the qcow2 holds only what is written). */
-    diskBytes: 8 * 1024 ** 3,
+    /**
+     * The disk of the smallest server type the stacks use (Hetzner's cx22: 40 GB local disk),
+     * so the fixed-size filesystems user_data reserves (stateGb, resolverLogGb) fit as they would
+     * on the real server; the qcow2 holds only what is written.
+     */
+    diskBytes: 40 * 1000 ** 3,
     /** The partition starts at 1 MiB, as partitioning tools place it. */
     partitionOffset: 1024 ** 2,
     fsLabel: "twin-root",
