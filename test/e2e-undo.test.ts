@@ -90,7 +90,8 @@ describe.runIf(canRun)("the undo button through ssh", () => {
                     c["airlock:agent"].uid = uid;
                     c["airlock:agent"].authorizedKeys = [clientPublicKey];
                     c["airlock:sandbox"].sessions = mode;
-                    c["airlock:workloads"].postgres = { enabled: false };
+                    // Per-session: each session gets a PostgreSQL of its own (the rig's image stands in for it).
+                    c["airlock:workloads"].postgres = { enabled: mode === "per-session" };
                 }),
             );
             sandboxes[mode] = renderHosts(configs[mode]!).sandbox;
@@ -105,7 +106,8 @@ describe.runIf(canRun)("the undo button through ssh", () => {
         enforceEgress(net.server, sandboxes["per-session"]!, uid, "198.18.7.2");
 
         // The volume, the agent's Docker and the engine; the broker runs that engine.
-        rig = await startCheckpointRig(cfg, sandboxes["per-session"]!, 3 * GiB);
+        // The agent's daemon in the sandbox's namespace with its own packet rules (its networks' isolation, its DNS), as rootless Docker runs.
+        rig = await startCheckpointRig(cfg, sandboxes["per-session"]!, 3 * GiB, { netns: net.server });
         dirs = rig.dirs;
         engineEnv = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin", AIRLOCK_CHECKPOINTS_CONFIG: rig.configPath, AIRLOCK_BROKER_SOCKET: path.join(root, BROKER_SOCKET_PATH) };
         broker = await startSandboxBroker(root, AGENT, { AIRLOCK_CHECKPOINT_ENGINE: path.join(root, CHECKPOINT_ENGINE_PATH), AIRLOCK_CHECKPOINTS_CONFIG: rig.configPath });
@@ -246,6 +248,45 @@ describe.runIf(canRun)("the undo button through ssh", () => {
             expect(ssh("airlock checkpoints", { AIRLOCK_SESSION: "beta" }).stdout).toContain("no checkpoints in workspace s-beta yet");
         });
 
+        it("two sessions have no route and no name between them; each has a PostgreSQL of its own with a password of its own", () => {
+            const inspectEnv = (name: string) => docker("inspect", "--format", "{{range .Config.Env}}{{println .}}{{end}}", name).stdout.split("\n");
+            const address = (name: string) => docker("inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", name).stdout.trim().split(" ");
+            // Beta serves on its shell and its database; alpha, its neighbour, probes both by name and by address.
+            const probe = (session: string, target: string, port: number) => ssh(`echo | nc -w 3 ${target} ${port}`, { AIRLOCK_SESSION: session });
+            for (const [target, port] of [["agent-s-beta", 8080], ["agent-s-beta-postgres", 5432]] as const) {
+                expect(docker("exec", "--detach", target, "sh", "-c", `while :; do echo pong | nc -l -p ${port}; done`).status, `${target} serves`).toBe(0);
+                expect(probe("alpha", target, port).stdout, `alpha reached ${target} by name`).not.toContain("pong");
+                // Docker's DNS in alpha's networks does not know the name (it asks upstream, which has none).
+                const lookup = ssh(`nslookup -timeout=2 ${target}`, { AIRLOCK_SESSION: "alpha" });
+                for (const ip of address(target)) {
+                    expect(lookup.stdout, `alpha resolved ${target}`).not.toContain(ip);
+                    expect(probe("alpha", ip, port).stdout, `alpha reached ${target} at ${ip}`).not.toContain("pong");
+                }
+            }
+            // Within beta's own session its database answers by its service name: the probes above could succeed.
+            expect(probe("beta", "postgres", 5432).stdout).toBe("pong\n");
+            expect(probe("beta", "agent-s-beta", 8080).stdout).toBe("pong\n");
+            // Each session's database has a password of its own, its shell knows its own, and nothing trusts the network.
+            const secrets = ["alpha", "beta"].map((name) => {
+                const db = inspectEnv(`agent-s-${name}-postgres`);
+                expect(db.some((v) => v.startsWith("POSTGRES_HOST_AUTH_METHOD="))).toBe(false);
+                const password = db.find((v) => v.startsWith("POSTGRES_PASSWORD="))?.split("=")[1] ?? "";
+                expect(password).toMatch(/^[0-9a-f]{64}$/);
+                expect(ssh("printf '%s %s' \"$PGHOST\" \"$PGPASSWORD\"", { AIRLOCK_SESSION: name }).stdout).toBe(`postgres ${password}`);
+                return password;
+            });
+            expect(secrets[0]).not.toBe(secrets[1]);
+            // The secret rests in root's session state and in an env file only the agent's group reads, never in the workspace.
+            const envFile = path.join(rig!.config.runDir, "session-credentials", "s-alpha.env");
+            const st = fs.statSync(envFile);
+            expect([st.uid, st.mode & 0o777]).toEqual([0, 0o440]);
+            expect(ssh(`grep -rl ${secrets[0]} /workspace; echo done`, { AIRLOCK_SESSION: "alpha" }).stdout).toBe("done\n");
+            // The servers go, so the session is idle again for the test that follows.
+            for (const target of ["agent-s-beta", "agent-s-beta-postgres"]) {
+                for (const line of docker("top", target, "-eo", "pid,args").stdout.split("\n").filter((l) => /pong|nc -l/.test(l))) process.kill(Number(line.trim().split(/\s+/)[0]), "SIGKILL");
+            }
+        });
+
         it("an idle session is archived as a checkpoint, its container removed, and it resumes where it stopped", () => {
             const state = path.join(dirs.volume, "sessions", "s-beta.json");
             const session = JSON.parse(fs.readFileSync(state, "utf8"));
@@ -253,7 +294,7 @@ describe.runIf(canRun)("the undo button through ssh", () => {
             fs.writeFileSync(state, JSON.stringify(session));
             const swept = maintain();
             expect(swept.status, swept.stderr).toBe(0);
-            expect(swept.stdout).toMatch(/session s-beta: idle 61 min, archived as checkpoint 1/);
+            expect(swept.stdout, swept.stderr).toMatch(/session s-beta: idle 61 min, archived as checkpoint 1/);
             // Created by the agent's first command, archived by root's maintenance: both on the record.
             const sessions = recordEntries(broker!.recordFile).filter((e) => e.kind === "verb" && e.workspace === "s-beta" && e.verb.startsWith("session"));
             expect(sessions.map((e) => [e.verb, e.uid, e.detail])).toEqual([
@@ -263,6 +304,10 @@ describe.runIf(canRun)("the undo button through ssh", () => {
             // Only root's jobs may write such an event: the agent, on the broker's socket, is refused.
             expect(talk(broker!.socket, `record-event workspace=s-beta event=session-removed detail=${Buffer.from("forged").toString("base64")}\n`, AGENT).lines).toEqual(["error record-event: root's jobs only"]);
             expect(docker("inspect", "agent-s-beta").status).not.toBe(0);
+            // Its database's container and networks go too; its data stays for its return.
+            expect(docker("inspect", "agent-s-beta-postgres").status).not.toBe(0);
+            expect(docker("network", "ls", "--quiet", "--filter", "name=airlock-s-beta_").stdout.trim()).toBe("");
+            expect(docker("volume", "inspect", "airlock-s-beta_pgdata").status).toBe(0);
             expect(fs.existsSync(path.join(dirs.workspaces, "s-beta"))).toBe(false);
             expect(ssh("cat mine.txt", { AIRLOCK_SESSION: "alpha" }).stdout).toBe("alpha\n");
 
@@ -286,6 +331,9 @@ describe.runIf(canRun)("the undo button through ssh", () => {
             expect(swept.stdout).toContain(`session ${throwaway[0]}: connection ended, thrown away`);
             expect(fs.existsSync(path.join(dirs.workspaces, throwaway[0]))).toBe(false);
             expect(docker("inspect", `agent-${throwaway[0]}`).status).not.toBe(0);
+            // A throwaway session's database goes with it.
+            expect(docker("volume", "inspect", `airlock-${throwaway[0]}_pgdata`).status).not.toBe(0);
+            expect(fs.existsSync(path.join(rig!.config.runDir, "session-credentials", `${throwaway[0]}.env`))).toBe(false);
         });
 
         it("a bad AIRLOCK_SESSION is refused before anything runs", () => {

@@ -7,7 +7,7 @@ import { planStack } from "../cli/offline";
 import { readStackFile } from "../components/config/load";
 import { CHECKPOINTS_CONFIG_PATH, SESSION_COMPOSE_PATH } from "../components/render/checkpoints";
 import { COMPOSE_TEMPLATE_PATH, withTailnetKey } from "../components/render/hosts";
-import { SESSION_PLACEHOLDER } from "../components/workloads/compose";
+import { SESSION_PLACEHOLDER, SESSION_SECRET_VARIABLE } from "../components/workloads/compose";
 import { judgeCloudInit } from "../policies/engine/judge";
 import { editedStack, fakeTailnetKey, renderHosts, renderedFile, stackFile, tempDir } from "./helpers/stacks";
 import { run, toolsAvailable } from "./helpers/tools";
@@ -43,13 +43,49 @@ describe("per-session containers", () => {
         expect(shell.volumes).toEqual(["/var/lib/airlock/workspaces/@SESSION@:/workspace"]);
         const lines = renderedFile(sandbox, SESSION_COMPOSE_PATH).split("\n").filter((l) => !l.startsWith("#"));
         expect(lines.filter((l) => l.includes(SESSION_PLACEHOLDER))).toEqual(["    container_name: agent-@SESSION@", "      - /var/lib/airlock/workspaces/@SESSION@:/workspace"]);
-        expect(session.networks).toEqual({ egress: { external: true, name: "airlock_egress" } });
+        // Its networks are its own project's: no other session's container is on them.
+        expect(session.networks).toEqual({ egress: {} });
     });
 
-    it("the session's containers join the backend network when the sandbox has one", () => {
-        const session = YAML.parse(renderedFile(sandboxOf(perSession((c) => (c["airlock:workloads"].postgres = { enabled: true }))), SESSION_COMPOSE_PATH));
+    it("a session's PostgreSQL and Redis are its own, on its own internal network, with its own secret; the sandbox's shared services are not the session's", () => {
+        const stack = perSession((c) => {
+            c["airlock:workloads"].postgres = { enabled: true };
+            c["airlock:workloads"].redis = { enabled: true };
+            c["airlock:workloads"].api = { enabled: true, image: "ghcr.io/example/api:1", port: 8080 };
+        });
+        const sandbox = sandboxOf(stack);
+        const shared = YAML.parse(renderedFile(sandbox, COMPOSE_TEMPLATE_PATH)).services;
+        const text = renderedFile(sandbox, SESSION_COMPOSE_PATH);
+        const session = YAML.parse(text);
+        expect(Object.keys(session.services)).toEqual(["agent-sandbox-shell", "postgres", "redis"]);
+        const secret = `\${${SESSION_SECRET_VARIABLE}}`;
+        const { postgres, redis } = session.services;
+        expect(postgres.container_name).toBe("agent-@SESSION@-postgres");
+        expect(postgres.environment).toEqual({ POSTGRES_PASSWORD: secret, POSTGRES_DB: "agent" });
+        expect({ ...postgres, container_name: undefined, environment: undefined }).toEqual({ ...shared.postgres, container_name: undefined, environment: undefined });
+        expect(redis.command).toEqual(["redis-server", "--requirepass", secret]);
+        expect({ ...redis, container_name: undefined, command: undefined }).toEqual({ ...shared.redis, container_name: undefined });
+        expect(session.services["agent-sandbox-shell"].environment).toEqual({ PGHOST: "postgres", PGUSER: "postgres", PGDATABASE: "agent", PGPASSWORD: secret, REDISCLI_AUTH: secret });
         expect(session.services["agent-sandbox-shell"].networks).toEqual(["egress", "internal"]);
-        expect(session.networks.internal).toEqual({ external: true, name: "airlock_internal" });
+        expect(session.networks).toEqual({ egress: {}, internal: { internal: true } });
+        expect(session.volumes).toEqual({ pgdata: {}, redisdata: {} });
+        expect(text).not.toMatch(/external|trust|airlock_/);
+    });
+
+    it("the sandbox's Docker has address room for every session's networks at the largest max (its default pools hold 31 networks)", () => {
+        const sandbox = sandboxOf(perSession((c) => (c["airlock:sandbox"].sessions = { mode: "per-session", max: 64 })));
+        const pools: { base: string; size: number }[] = JSON.parse(renderedFile(sandbox, "/etc/airlock/docker-daemon.json.in"))["default-address-pools"] ?? [];
+        const networks = pools.reduce((sum, p) => sum + 2 ** (p.size - Number(p.base.split("/")[1])), 0);
+        // Two networks a session (egress, internal) beside the shared project's three (egress, internal, browser).
+        expect(networks).toBeGreaterThanOrEqual(64 * 2 + 3);
+    });
+
+    it("a per-session stack with its own databases plans clean (the secret is a variable, not a value)", async () => {
+        const stack = perSession((c) => {
+            c["airlock:workloads"].postgres = { enabled: true };
+            c["airlock:workloads"].redis = { enabled: true };
+        });
+        expect(gatePlan(await planStack(stack, "dev"))).toEqual([]);
     });
 
     it("a per-session stack plans clean", async () => {

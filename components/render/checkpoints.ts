@@ -1,5 +1,5 @@
 import type { StackConfig } from "../config/schema";
-import { renderSessionCompose, ResolvedImages, SANDBOX_COMPOSE_PROJECT, SESSION_WORKSPACES_DIR } from "../workloads/compose";
+import { renderSessionCompose, ResolvedImages, SANDBOX_COMPOSE_PROJECT, SESSION_SECRET_VARIABLE, SESSION_WORKSPACES_DIR } from "../workloads/compose";
 import { renderTemplate } from "./templates";
 
 /**
@@ -39,6 +39,7 @@ export function checkpointsConfig(cfg: StackConfig): Record<string, unknown> {
         sessions: cfg.sandbox.sessions,
         shell: { composeFile: "/etc/airlock/compose.yml", project: SANDBOX_COMPOSE_PROJECT, service: "agent-sandbox-shell", container: "agent-sandbox-shell" },
         sessionCompose: SESSION_COMPOSE_PATH,
+        sessionSecretVariable: SESSION_SECRET_VARIABLE,
     };
 }
 

@@ -37,7 +37,8 @@ export interface CheckpointRig {
 
 export const RIG_IMAGE = "airlock-test/shell-git:1";
 
-export async function startCheckpointRig(cfg: StackConfig, sandbox: RenderedHost, volumeBytes: number): Promise<CheckpointRig> {
+/** `netns`: the agent's daemon runs there with its own packet rules, as the sandbox's rootless one does in its namespace. */
+export async function startCheckpointRig(cfg: StackConfig, sandbox: RenderedHost, volumeBytes: number, options: { netns?: string } = {}): Promise<CheckpointRig> {
     const undo: (() => unknown)[] = [];
     // Every step runs even when one before it fails: a daemon left running keeps its socket for the next holder of the uid.
     const release = async () => {
@@ -91,7 +92,7 @@ export async function startCheckpointRig(cfg: StackConfig, sandbox: RenderedHost
         const seccompProfile = path.join(work, "docker-seccomp.json");
         const daemonJson = JSON.parse(renderedFile(sandbox, "/etc/airlock/docker-daemon.json.in"));
         fs.writeFileSync(seccompProfile, renderedFile(sandbox, daemonJson["seccomp-profile"]));
-        const docker = await startDockerd(dockerDir, [agentSocket], undefined, { "seccomp-profile": seccompProfile });
+        const docker = await startDockerd(dockerDir, [agentSocket], options.netns, { "seccomp-profile": seccompProfile }, { iptables: options.netns !== undefined });
         undo.push(async () => {
             try {
                 for (const id of docker.docker(["ps", "--all", "--quiet"]).stdout.split(/\s+/).filter(Boolean)) docker.docker(["rm", "--force", id]);

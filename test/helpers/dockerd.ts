@@ -20,14 +20,19 @@ export interface TestDocker {
  * `netns`: the daemon (and its containers' networks) live in that network namespace, with its /etc/netns files.
  * `settings`: daemon.json keys of a rendered daemon.json, on top of the tests' own.
  */
-export async function startDockerd(dir: string, extraSockets: string[] = [], netns?: string, settings: Record<string, unknown> = {}): Promise<TestDocker> {
+/**
+ * `iptables`: the daemon keeps its own packet rules (isolation between its networks, its embedded
+ * DNS), as the sandbox's rootless daemon does in its own namespace; only in a namespace of the test's.
+ */
+export async function startDockerd(dir: string, extraSockets: string[] = [], netns?: string, settings: Record<string, unknown> = {}, options: { iptables?: boolean } = {}): Promise<TestDocker> {
+    if (options.iptables && !netns) throw new Error("startDockerd: iptables only in a network namespace of the test's");
     const socket = path.join(dir, "docker.sock");
     const hosts = [socket, ...extraSockets].flatMap((s) => ["-H", `unix://${s}`]);
     const log = fs.openSync(path.join(dir, "dockerd.log"), "a");
     // Networks from a range of the tests' own, so routes left on the machine (other
     // daemons' bridges) never exhaust Docker's default pools.
     fs.writeFileSync(path.join(dir, "daemon.json"), `${JSON.stringify({ ...settings, "default-address-pools": [{ base: "10.213.0.0/16", size: 24 }] })}\n`);
-    const args = ["--data-root", path.join(dir, "data"), "--exec-root", path.join(dir, "exec"), "--pidfile", path.join(dir, "dockerd.pid"), ...hosts, "--iptables=false", "--ip6tables=false", "--bridge=none", "--config-file", path.join(dir, "daemon.json")];
+    const args = ["--data-root", path.join(dir, "data"), "--exec-root", path.join(dir, "exec"), "--pidfile", path.join(dir, "dockerd.pid"), ...hosts, ...(options.iptables ? [] : ["--iptables=false", "--ip6tables=false"]), "--bridge=none", "--config-file", path.join(dir, "daemon.json")];
     // In a namespace: its /etc/netns files bound over /etc as `ip netns exec` does, but the
     // machine's /sys (and its cgroups) kept, which `ip netns exec` would hide. Every step
     // execs the next: the child's pid is the daemon's.
