@@ -231,6 +231,16 @@ describe.runIf(toolsAvailable("airlock-audit", ["socat", "systemd-socket-activat
         }
     });
 
+    it("what the sandbox writes to ssh's stderr (the wrapper's, which the agent's uid can write to) reaches the operator escaped", () => {
+        const dir = tempDir("audit-stderr");
+        const ssh = path.join(dir, "ssh");
+        fs.writeFileSync(ssh, `#!/bin/bash\nprintf '\\033]0;owned\\007\\033[2J\\033[31mpulled 0 new records\\n' >&2\necho "error nothing here"\n`, { mode: 0o755 });
+        const result = gateway(ssh, sb.broker.signingPublicKey).pull();
+        expect(result.status).toBe(1);
+        expect(result.stderr).toContain("ssh: \\x1b]0;owned\\x07\\x1b[2J\\x1b[31mpulled 0 new records\n");
+        expect(result.stderr).not.toMatch(/[\x00-\x08\x0b-\x1f\x7f]/);
+    });
+
     it("a pull hijacked by the agent's uid (its wrapper stopped, its stdout answered through /proc/PID/fd/1) appends nothing and fails loudly", () => {
         const gw = gateway(sb.ssh, sb.broker.signingPublicKey);
         expect(gw.pull().status).toBe(0);

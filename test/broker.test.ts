@@ -193,18 +193,28 @@ describe.runIf(toolsAvailable("root broker", ["systemd-socket-activate", "socat"
         }
     });
 
-    it("puts the undo verbs on the record itself, ran or refused, before the agent hears the answer; the gateway's checker takes them", () => {
-        // A stand-in engine: restore 7 works, anything else is refused as the engine refuses it.
+    it("puts the undo verbs on the record itself, ran, refused or failed, before the agent hears the answer, and the changing ones before they run; the gateway's checker takes them", () => {
+        // A stand-in engine with the real one's exits: restore 7 works, 11 fails on the way (1), anything else is refused (2).
         const engine = path.join(dir, "engine");
-        fs.writeFileSync(engine, '#!/bin/sh\ncase "$1 $4" in "restore 7") echo "airlock: restored workspace shared to checkpoint 7";; "create "*) echo "checkpoint 4 of shared (manual)";; *) echo "airlock: no checkpoint 9 in workspace shared" >&2; exit 1;; esac\n', { mode: 0o755 });
+        fs.writeFileSync(
+            engine,
+            '#!/bin/sh\ncase "$1 $4" in "restore 7") echo "airlock: restored workspace shared to checkpoint 7";; "restore 11") echo "airlock: the workspace is restored to checkpoint 11, but its container did not start" >&2; exit 1;; "create "*) echo "checkpoint 4 of shared (manual)";; *) echo "airlock: no checkpoint 9 in workspace shared" >&2; exit 2;; esac\n',
+            { mode: 0o755 },
+        );
         const before = lines().length;
-        const asked = talk(broker.socket, "checkpoint workspace=shared label=" + b64("before the refactor") + "\nrestore workspace=shared id=7\nrestore workspace=shared id=9\n");
-        expect(asked.lines).toEqual(["data checkpoint 4 of shared (manual)", "ok", "data restored workspace shared to checkpoint 7", "ok", "error no checkpoint 9 in workspace shared"]);
+        const asked = talk(broker.socket, "checkpoint workspace=shared label=" + b64("before the refactor") + "\nrestore workspace=shared id=7\nrestore workspace=shared id=9\nrestore workspace=shared id=11\n");
+        expect(asked.lines).toEqual(["data checkpoint 4 of shared (manual)", "ok", "data restored workspace shared to checkpoint 7", "ok", "error no checkpoint 9 in workspace shared", "error the workspace is restored to checkpoint 11, but its container did not start"]);
         const verbs = recordEntries(broker.recordFile).slice(before);
+        const me = process.getuid!();
         expect(verbs.map((e) => [e.kind, e.verb, e.workspace, e.args, e.outcome, e.detail, e.uid])).toEqual([
-            ["verb", "checkpoint", "shared", { label: "before the refactor" }, "ok", "checkpoint 4 of shared (manual)", process.getuid!()],
-            ["verb", "restore", "shared", { id: "7" }, "ok", "restored workspace shared to checkpoint 7", process.getuid!()],
-            ["verb", "restore", "shared", { id: "9" }, "refused", "no checkpoint 9 in workspace shared", process.getuid!()],
+            ["verb", "checkpoint", "shared", { label: "before the refactor" }, "started", "", me],
+            ["verb", "checkpoint", "shared", { label: "before the refactor" }, "ok", "checkpoint 4 of shared (manual)", me],
+            ["verb", "restore", "shared", { id: "7" }, "started", "", me],
+            ["verb", "restore", "shared", { id: "7" }, "ok", "restored workspace shared to checkpoint 7", me],
+            ["verb", "restore", "shared", { id: "9" }, "started", "", me],
+            ["verb", "restore", "shared", { id: "9" }, "refused", "no checkpoint 9 in workspace shared", me],
+            ["verb", "restore", "shared", { id: "11" }, "started", "", me],
+            ["verb", "restore", "shared", { id: "11" }, "failed", "the workspace is restored to checkpoint 11, but its container did not start", me],
         ]);
         // The gateway's checker reads them as records of the chain.
         const copy = tempDir("verbs-copy");
@@ -212,6 +222,31 @@ describe.runIf(toolsAvailable("root broker", ["systemd-socket-activate", "socat"
         const audit = (...args: string[]) => run("/usr/bin/python3", ["-IS", AUDIT_PROGRAM, "--config", "-", "--dir", copy, ...args]);
         expect(audit("verify").status).toBe(0);
         expect(audit("show").stdout).toMatch(/^#\d+ \S+ {2}restore shared id=7 {2}by (root|uid \d+) {2}ok\n {4}restored workspace shared to checkpoint 7$/m);
+    });
+
+    it("writes no record the gateway's checker refuses: each kind at its limits, in invalid UTF-8, control and astral characters (red team 4: one such label stopped every later pull)", () => {
+        const engine = path.join(dir, "engine");
+        fs.writeFileSync(engine, '#!/bin/sh\nprintf "checkpoint 5 of shared (manual) "; head -c 3000 /dev/zero | tr "\\0" "\\377"; echo\n', { mode: 0o755 });
+        const invalid = (n: number) => Buffer.alloc(n, 0xff);
+        const mixed = (n: number) => Buffer.concat(Array.from({ length: n }, (_, i) => [Buffer.from([0xf4, 0x90, 0x80, 0x80]), Buffer.from("\x1b\x07"), Buffer.from("😀")][i % 3]));
+        const before = lines().length;
+        const commandOf = (bytes: Buffer) => `record-begin command=${b64(bytes)} env=- image=${IMAGE} connection=${CONNECTION}\nrecord-end exit=0\n`;
+        for (const text of [invalid(128 * 1024), mixed(32 * 1024)]) {
+            const said = talk(broker.socket, commandOf(text));
+            expect(said.lines.at(-1), `${said.status} ${said.stderr} ${said.lines}`).toBe("ok");
+        }
+        for (const label of [invalid(1000), mixed(250)]) {
+            expect(talk(broker.socket, `checkpoint workspace=shared label=${b64(label)}\n`).lines.at(-1)).toBe("ok");
+            talk(broker.socket, `restore workspace=shared label=${b64(label)}\n`);
+        }
+        if (isRoot()) expect(talk(broker.socket, `record-event workspace=s-x event=session-removed detail=${b64(invalid(1000))}\n`).lines).toEqual(["ok"]);
+        const written = lines().slice(before);
+        expect(written.length).toBeGreaterThanOrEqual(isRoot() ? 9 : 8);
+        const copy = tempDir("worst-copy");
+        fs.copyFileSync(broker.recordFile, path.join(copy, "record.jsonl"));
+        const verified = run("/usr/bin/python3", ["-IS", AUDIT_PROGRAM, "--config", "-", "--dir", copy, "verify"]);
+        expect(verified.stdout + verified.stderr).toMatch(/chain intact/);
+        expect(verified.status).toBe(0);
     });
 
     it.runIf(isRoot())("refuses new records when the record's filesystem is nearly full", async () => {
