@@ -11,12 +11,13 @@ import { adguardDataDir, renderAdguardConfig, renderGatewayCompose, renderSandbo
 import { configuredImages } from "../components/workloads/images";
 import { REGISTRY_ADDRESS } from "../twin/contract";
 import { planStack } from "../cli/offline";
-import { COMPOSE_TEMPLATE_PATH } from "../components/render/hosts";
+import { COMPOSE_TEMPLATE_PATH, GATEWAY_KNOWN_HOSTS_PATH } from "../components/render/hosts";
 import { buildTwinImages, TwinImage, twinImageAnswers, twinImageList, twinImages, twinRegistryNames } from "../twin/images";
 import { fillRegistry, RunningRegistry, startRegistry } from "../twin/registry";
 import { twinResolverUpstreams } from "../twin/userdata";
 import { startDockerd, TestDocker } from "./helpers/dockerd";
 import { inNamespace } from "./helpers/netns";
+import { pinnedKnownHosts } from "./helpers/sshdRig";
 import { deployedValues, editedStack, renderHosts, resourceNamed, SHIPPED_STACKS, stackFile } from "./helpers/stacks";
 import { installFiles, isRoot, run, toolsAvailable } from "./helpers/tools";
 
@@ -238,6 +239,10 @@ describe.runIf(canRun)("the twin's images and registry", () => {
     it("the gateway compose runs the real AdGuard Home, which answers, blocks and logs every query", () => {
         // The gateway's rendered files (ssh config, Hermes's managed files...) under a root of the test's own.
         installFiles(renderHosts(prod).gateway, root);
+        // The sandbox's host key pinned as at deploy (the runtime's preflight refuses a known_hosts that pins none).
+        const hostKey = path.join(dir, "sandbox_host_ed25519");
+        expect(run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", hostKey]).status).toBe(0);
+        fs.writeFileSync(path.join(root, GATEWAY_KNOWN_HOSTS_PATH), pinnedKnownHosts(renderHosts(prod).gateway, fs.readFileSync(`${hostKey}.pub`, "utf8").split(" ").slice(0, 2).join(" ")));
         const data = path.join(root, adguardDataDir(prod));
         fs.mkdirSync(path.join(data, "conf"), { recursive: true });
         fs.mkdirSync(path.join(root, RESOLVER_WORK_DIR), { recursive: true });
@@ -314,7 +319,7 @@ describe.runIf(canRun)("the twin's images and registry", () => {
             dump = exec("airlock-agent-memory-db", "pg_dump --format=custom --no-owner --username=postgres --dbname=memory | head -c 5");
         }
         expect(dump.stdout, dump.stderr).toBe("PGDMP");
-    });
+    }, 300_000);
 
     it("keeps each built image in the cache: a second build of both stacks takes no build", async () => {
         const started = Date.now();
@@ -358,7 +363,7 @@ describe("the twin's image list", () => {
             ["postgres:16-bookworm", "postgres"],
             ["redis:7-bookworm", "redis"],
             ["adguard/adguardhome:v0.107.63", "resolver"],
-            ["nousresearch/hermes-agent:latest", "agent"],
+            ["nousresearch/hermes-agent:v2026.7.20", "agent"],
             ["pgvector/pgvector:pg15", "postgres"],
         ]);
         const noBrowser = readStackFile(editedStack("dev", (c) => (c["airlock:workloads"].browser = { enabled: false })));
