@@ -56,7 +56,7 @@ describe.runIf(canRun)("airlock secrets push to the gateway over ssh", () => {
 
     /** The gateway's paths, moved into the test tree. */
     const moved = (text: string) =>
-        ["/etc/airlock/", "/etc/ssh/ssh_config.d/", "/run/airlock-agent/", "/var/lib/airlock/"].reduce((t, prefix) => t.replaceAll(prefix, `${root}${prefix}`), text);
+        ["/etc/airlock/", "/etc/ssh/ssh_config.d/", "/run/airlock-agent/", "/var/lib/airlock/", "/usr/local/libexec/airlock/"].reduce((t, prefix) => t.replaceAll(prefix, `${root}${prefix}`), text);
 
     /** The stack file declaring `names` (as `pulumi config set --secret --path` leaves them). */
     function writeStack(names: string[], clientPublicKey: string) {
@@ -143,9 +143,12 @@ describe.runIf(canRun)("airlock secrets push to the gateway over ssh", () => {
         // The runtime's image is a busybox stand-in here (Hermes itself runs in test/e2e-hermes.test.ts):
         // it cannot run the preflight, so its command only waits; everything else is as rendered.
         const doc = YAML.parse(moved(renderedFile(gateway, COMPOSE_TEMPLATE_PATH)).replaceAll("@TAILNET_IPV4@", "127.0.0.1"));
-        expect(doc.services.agent.command[0]).toBe(GATEWAY_AGENT_PATHS.hermesPreflight);
+        expect(doc.services.agent.command[0]).toBe(moved(GATEWAY_AGENT_PATHS.hermesPreflight));
         Object.assign(doc.services.agent, { image: IMAGE, command: ["sleep", "2147483647"] });
         fs.writeFileSync(path.join(root, "etc/airlock/compose.yml"), YAML.stringify(doc), { mode: 0o644 });
+        // Every file the compose file binds exists where it says (a missing source would be made a directory by the daemon, on this machine).
+        fs.mkdirSync(path.dirname(moved(GATEWAY_AGENT_PATHS.hermesPreflight)), { recursive: true });
+        fs.writeFileSync(moved(GATEWAY_AGENT_PATHS.hermesPreflight), renderedFile(gateway, GATEWAY_AGENT_PATHS.hermesPreflight), { mode: 0o755 });
         // As airlock-agent-key.service does at boot: the agent's key, staged for the runtime.
         const keyTool = path.join(root, "usr/local/sbin/airlock-gateway-agent-key");
         fs.writeFileSync(keyTool, moved(renderedFile(gateway, "/usr/local/sbin/airlock-gateway-agent-key")).replace("tee /dev/console", "cat"), { mode: 0o755 });

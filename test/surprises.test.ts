@@ -62,7 +62,7 @@ describe("plan --out never deletes what it did not write", () => {
 
         const empty = tempDir("empty");
         expect(airlock(["plan", "--stack", "dev", "--out", empty]).status).toBe(0);
-    });
+    }, 180_000);
 });
 
 describe("check: kinds, empty files, several files, locations, fixes", () => {
