@@ -727,7 +727,8 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
             for (const ws of ["s-alpha", "s-beta"]) {
                 const result = ensure(ws);
                 expect(result.stderr).toBe("");
-                expect(result.stdout.trim()).toBe(`agent-${ws}`);
+                // The container, then what the broker puts on the record as the session's creation.
+                expect(result.stdout.trim().split("\n")).toEqual([`agent-${ws}`, "created, empty"]);
                 expect(exec(`agent-${ws}`, `echo ${ws} > /workspace/mine.txt`).status).toBe(0);
             }
             expect(exec("agent-s-alpha", "cat /workspace/mine.txt; ls /workspace").stdout).toBe("s-alpha\nmine.txt\n");
