@@ -113,11 +113,12 @@ describe.runIf(canRun)("the twin", () => {
         if (process.env.AIRLOCK_TWIN_REUSE === "1" && readState(STACK)) return;
         twin(["down", "--stack", STACK]);
         const started = Date.now();
-        const up = twin(["up", "--stack", STACK], 45 * MINUTE);
+        // Within BOOT_TIMEOUT_MS (twin/twin.ts) and a little for what comes after the boot.
+        const up = twin(["up", "--stack", STACK], 60 * MINUTE);
         timings.up = (Date.now() - started) / 1000;
         console.log(`twin up: ${timings.up.toFixed(0)} s\n${up.stderr}`);
         if (up.code !== 0) throw new Error(`twin up failed (${up.code}):\n${up.stderr}`);
-    }, 50 * MINUTE);
+    }, 65 * MINUTE);
 
     afterAll(() => {
         console.log(`twin timings (s): ${JSON.stringify(timings)}`);
