@@ -5,7 +5,7 @@ import { getDomain } from "tldts";
 import * as YAML from "yaml";
 import { readStackFile } from "../components/config/load";
 import { ConfigError } from "../policies/contract";
-import { mergeEvidence, Query, readQueryLog, UNDECODABLE } from "./querylog";
+import { mergeEvidence, NOT_KEPT, Query, readQueryLog, UNDECODABLE } from "./querylog";
 
 /**
  * `airlock egress propose --stack S --from QUERYLOG`: from what the agent really
@@ -59,6 +59,8 @@ export interface Proposal {
     skipped: string[];
     /** Packets to the resolver the capture could not decode as a plain query: tcpdump's text, each a lookup nothing is proposed from. */
     undecodable: string[];
+    /** Queries over the capture's budget (a flood): counted per client and second, their names not kept. */
+    notKept: { client: string; queries: number; seconds: number }[];
     /** The stack file's allowlist after the change: current entries first, then the proposals. */
     allowlist: string[];
     diff: string;
@@ -128,7 +130,14 @@ export function propose(stack: string, stackFile: string, querylogs: string[], c
     const logs = querylogs.map(readQueryLog);
     const all = mergeEvidence(logs.flatMap((l) => l.queries));
     const queries = client ? all.filter((q) => q.client === client || q.failed) : all;
-    const { byDomain, skipped } = group(queries.filter((q) => q.type !== UNDECODABLE));
+    const { byDomain, skipped } = group(queries.filter((q) => q.type !== UNDECODABLE && q.type !== NOT_KEPT));
+    const notKept = new Map<string, { client: string; queries: number; seconds: number }>();
+    for (const q of queries.filter((q) => q.type === NOT_KEPT)) {
+        const flood = notKept.get(q.client) ?? { client: q.client, queries: 0, seconds: 0 };
+        flood.queries += Number(q.name);
+        flood.seconds += 1;
+        notKept.set(q.client, flood);
+    }
     const proposal: Omit<Proposal, "allowlist" | "diff"> = {
         stack,
         stackFile,
@@ -140,6 +149,7 @@ export function propose(stack: string, stackFile: string, querylogs: string[], c
         flagged: [],
         skipped: [...skipped].sort(),
         undecodable: queries.filter((q) => q.type === UNDECODABLE).map((q) => `${q.time.toISOString()} ${q.client} ${q.name}`),
+        notKept: [...notKept.values()],
     };
     for (const [domain, domainQueries] of [...byDomain].sort(([a], [b]) => a.localeCompare(b))) {
         const entry = use(domain, domainQueries);
@@ -235,6 +245,9 @@ export function formatProposal(p: Proposal, diffFile: string | undefined): strin
         out.push(`flagged: ${p.undecodable.length} quer${p.undecodable.length === 1 ? "y" : "ies"} the capture could not decode (a name hidden from tcpdump's decoder, or a query of an odd shape; nothing proposed from them):`);
         out.push(...p.undecodable.slice(0, 5).map((u) => `      ${printable(u.slice(0, 120))}`));
         if (p.undecodable.length > 5) out.push(`      and ${p.undecodable.length - 5} more`);
+    }
+    for (const f of p.notKept) {
+        out.push(`flagged: ${f.queries} quer${f.queries === 1 ? "y" : "ies"} from ${printable(f.client)} over the capture's budget in ${f.seconds} second${f.seconds === 1 ? "" : "s"} (a flood; counted, names not kept, nothing proposed from them)`);
     }
     if (p.skipped.length) out.push(`skipped (no registrable domain): ${p.skipped.slice(0, 5).map(printable).join(", ")}${p.skipped.length > 5 ? `, and ${p.skipped.length - 5} more` : ""}`);
     if (diffFile) out.push(`wrote ${diffFile}: review it, then \`git apply ${diffFile}\` (nothing was changed)`);

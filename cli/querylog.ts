@@ -61,6 +61,13 @@ export function readQueryLog(file: string): QueryLog {
             if (query) queries.push(query);
             return;
         }
+        const notKept = CAPTURE_NOT_KEPT.exec(line);
+        if (notKept) {
+            // A flood's second: its count stands in for the queries not kept, as one entry.
+            const [, seconds, micros, client, count] = notKept;
+            queries.push({ time: new Date(Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)), client, name: count, type: NOT_KEPT, blocked: false, failed: false, unlogged: true });
+            return;
+        }
         const logLine = ADGUARD_LOG_LINE.exec(line);
         if (logLine) {
             const failure = parseFailure(logLine);
@@ -156,6 +163,9 @@ const CAPTURED_QUERY = /^\d+\S* (?:\[[^\]]*\] )*([A-Za-z0-9_-]+)\? (.*)\. \(\d+\
 const TYPE_NAMES: Record<string, string> = { Type64: "SVCB", Type65: "HTTPS", Type257: "CAA", NSAP_PTR: "NSAP-PTR" };
 /** The type of a captured packet that does not decode as one plain query (see parseCaptured). */
 export const UNDECODABLE = "UNDECODABLE";
+/** What the capture writes for a client's queries beyond its budget in one second (templates/scripts/dns-capture); the name is their count. */
+const CAPTURE_NOT_KEPT = /^(\d{9,11})\.(\d{6}) airlock-dns-capture: (\d{1,3}(?:\.\d{1,3}){3}) sent (\d{1,9}) more queries this second, not kept$/;
+export const NOT_KEPT = "NOT_KEPT";
 /** The longest name kept: 255 octets on the wire, each up to 4 characters as the logs escape it. */
 const MAX_NAME = 1024;
 

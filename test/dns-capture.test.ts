@@ -2,8 +2,10 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
-import { DNS_CAPTURE_FILE_BYTES, DNS_CAPTURE_FILES, DNS_CAPTURE_LOG } from "../components/render/hosts";
-import { renderHosts, renderedFile, stackFile, tempDir } from "./helpers/stacks";
+import { DNS_CAPTURE_FILE_BYTES, DNS_CAPTURE_FILES, DNS_CAPTURE_LOG, DNS_CAPTURE_PER_CLIENT_SECOND } from "../components/render/hosts";
+import { AUDIT_PROGRAM } from "../cli/audit";
+import { NOT_KEPT, readQueryLog } from "../cli/querylog";
+import { renderHosts, renderedFile, REPO, stackFile, tempDir } from "./helpers/stacks";
 import { run, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -40,9 +42,14 @@ describe.runIf(toolsAvailable("DNS capture writer", ["python3"]))("the gateway's
         const dir = tempDir("dns-capture-log");
         const log = path.join(dir, "queries.log");
         // What one crafted datagram makes tcpdump print (189 questions, each a pointer to a 250-byte name): ~190 KB.
-        const huge = `1795802757.277416 IP 100.100.7.1.51364 > 100.100.7.2.53: 4+ ${"TXT? " + "M-^?".repeat(250) + ". ".repeat(1)}`.repeat(190);
+        const huge = `TIME.277416 IP 100.100.7.1.51364 > 100.100.7.2.53: 4+ ${"TXT? " + "M-^?".repeat(250) + ". ".repeat(1)}`.repeat(190);
         const fakeTcpdump = path.join(dir, "tcpdump");
-        fs.writeFileSync(fakeTcpdump, `#!/bin/bash\nfor i in $(seq 1 400); do printf '%s\\n' '${huge}'; printf '1795802757.277416 IP 100.100.7.1.51364 > 100.100.7.2.53: 5+ A? small-%s.example. (30)\\n' "$i"; done\nexit 3\n`, { mode: 0o755 });
+        // One pair a second, well within a client's budget: only the size bounds what is kept.
+        fs.writeFileSync(
+            fakeTcpdump,
+            `#!/bin/bash\nhuge='${huge}'\nfor i in $(seq 1 400); do printf '%s\\n' "\${huge/TIME/$((1795802757 + i))}"; printf '%d.277416 IP 100.100.7.1.51364 > 100.100.7.2.53: 5+ A? small-%s.example. (30)\\n' $((1795802757 + i)) "$i"; done\nexit 3\n`,
+            { mode: 0o755 },
+        );
         const result = run("python3", [writer(), log, String(64 * 1024), "3", "--", fakeTcpdump], { timeout: 60_000 });
         // tcpdump's status is the writer's: systemd starts both again.
         expect(result.status).toBe(3);
@@ -58,6 +65,40 @@ describe.runIf(toolsAvailable("DNS capture writer", ["python3"]))("the gateway's
         const small = lines.filter((l) => l.includes("small-"));
         expect(small.at(-1)).toMatch(/A\? small-400\.example\. \(30\)$/);
         expect(fs.statSync(log).mode & 0o777).toBe(0o640);
+    });
+
+    it("a flood from one client cannot rotate an earlier lookup out: past its budget a second is counted in one line, which both readers show (red team 4)", () => {
+        const dir = tempDir("dns-capture-flood");
+        const log = path.join(dir, "queries.log");
+        const second = 1795802757;
+        // One lookup to hide, then 5000 queries in three seconds from the same client (about 500 KB, the capture holds 192 KiB).
+        const fakeTcpdump = path.join(dir, "tcpdump");
+        fs.writeFileSync(
+            fakeTcpdump,
+            `#!/bin/bash\nprintf '${second - 60}.000001 IP 100.100.7.1.40000 > 100.100.7.2.53: 1+ TXT? secret-exfil.example. (40)\\n'\n` +
+                `for i in $(seq 1 5000); do printf '%d.%06d IP 100.100.7.1.51364 > 100.100.7.2.53: 5+ A? flood-%08d.example.org. (40)\\n' $((${second} + i / 1700)) "$i" "$i"; done\n` +
+                `printf '${second + 9}.000001 IP 100.100.7.3.40000 > 100.100.7.2.53: 2+ A? other-client.example. (40)\\n'\n`,
+            { mode: 0o755 },
+        );
+        expect(run("python3", [writer(), log, String(64 * 1024), "3", "--", fakeTcpdump], { timeout: 60_000 }).status).toBe(0);
+        const files = ["queries.log.2", "queries.log.1", "queries.log"].filter((f) => fs.existsSync(path.join(dir, f)));
+        const lines = files.flatMap((f) => fs.readFileSync(path.join(dir, f), "utf8").split("\n").filter(Boolean));
+        expect(lines.some((l) => l.includes("secret-exfil.example")), "the lookup before the flood was rotated out").toBe(true);
+        const kept = lines.filter((l) => l.includes("A? flood-"));
+        const counted = lines.map((l) => /^\d+\.999999 airlock-dns-capture: 100\.100\.7\.1 sent (\d+) more queries this second, not kept$/.exec(l)).filter((m) => m !== null);
+        expect(kept.length).toBe(3 * DNS_CAPTURE_PER_CLIENT_SECOND);
+        expect(counted.reduce((n, m) => n + Number(m![1]), 0)).toBe(5000 - kept.length);
+        expect(lines.at(-1)).toContain("other-client.example");
+
+        // The readers: egress propose flags the flood, airlock-audit show lists its seconds.
+        const merged = path.join(dir, "merged.log");
+        fs.writeFileSync(merged, lines.map((l) => `${l}\n`).join(""));
+        const notKept = readQueryLog(merged).queries.filter((q) => q.type === NOT_KEPT);
+        expect(notKept.map((q) => q.client)).toEqual(["100.100.7.1", "100.100.7.1", "100.100.7.1"]);
+        expect(notKept.reduce((n, q) => n + Number(q.name), 0)).toBe(5000 - kept.length);
+        const shown = run("python3", ["-IS", AUDIT_PROGRAM, "--config", "-", "--dir", path.join(REPO, "test/fixtures/record"), "show", "--querylog", merged]);
+        expect(shown.status, shown.stderr).toBe(0);
+        expect(shown.stdout).toContain(`(${5000 - kept.length} queries over the capture's budget of a client a second: counted, not kept; a flood)`);
     });
 
     it("refuses a command line that is not its own", () => {

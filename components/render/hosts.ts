@@ -19,6 +19,7 @@ import {
     renderSandboxCompose,
     ResolvedImages,
     RESOLVER_PUBLISHED_PORT,
+    RESOLVER_RATELIMIT,
     RUNTIME_SSH_KEY,
 } from "../workloads/compose";
 import { CHECKPOINT_ENGINE_PATH, checkpointFiles } from "./checkpoints";
@@ -73,6 +74,8 @@ export const SANDBOX_WRAPPER_PATH = "/usr/local/libexec/airlock/sandbox-shell";
 export const DNS_CAPTURE_LOG = "/var/log/airlock/dns/queries.log";
 export const DNS_CAPTURE_FILE_BYTES = 64 * 1024 * 1024;
 export const DNS_CAPTURE_FILES = 8;
+/** A client's lines a second the capture keeps (twice the resolver's rate limit); more are counted in one line. */
+export const DNS_CAPTURE_PER_CLIENT_SECOND = 2 * RESOLVER_RATELIMIT;
 /** The capture's files, oldest first, as the readers take them. */
 export const DNS_CAPTURE_FILES_OLDEST_FIRST = [...Array.from({ length: DNS_CAPTURE_FILES - 1 }, (_, i) => `${DNS_CAPTURE_LOG}.${DNS_CAPTURE_FILES - 1 - i}`), DNS_CAPTURE_LOG];
 /** The gateway's redirect of tailnet DNS to AdGuard Home's published port. */
@@ -315,7 +318,7 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
         // Tailnet DNS to AdGuard Home's unprivileged port: no user may bind below 1024.
         { path: DNS_REDIRECT_PATH, content: renderTemplate("nftables/gateway-dns-redirect.nft", { resolverPort: String(RESOLVER_PUBLISHED_PORT) }), permissions: "0600" },
         config("/etc/systemd/system/airlock-dns-redirect.service", "systemd/airlock-dns-redirect.service"),
-        script("/usr/local/libexec/airlock/dns-capture", "scripts/dns-capture", {}),
+        script("/usr/local/libexec/airlock/dns-capture", "scripts/dns-capture", { perClientSecond: String(DNS_CAPTURE_PER_CLIENT_SECOND) }),
         config("/etc/systemd/system/airlock-dns-capture.service", "systemd/airlock-dns-capture.service", {
             captureLog: DNS_CAPTURE_LOG,
             fileBytes: String(DNS_CAPTURE_FILE_BYTES),
