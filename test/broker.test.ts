@@ -224,6 +224,19 @@ describe.runIf(toolsAvailable("root broker", ["systemd-socket-activate", "socat"
         expect(audit("show").stdout).toMatch(/^#\d+ \S+ {2}restore shared id=7 {2}by (root|uid \d+) {2}ok\n {4}restored workspace shared to checkpoint 7$/m);
     });
 
+    it("a session the engine refused or failed to start is on the record from that attempt (red team 5: a creation whose container did not start was never recorded)", () => {
+        const engine = path.join(dir, "engine");
+        fs.writeFileSync(engine, '#!/bin/sh\ncase "$2" in s-full) echo "airlock: 8 sessions exist already" >&2; exit 2;; *) echo "airlock: cannot start container agent-$2: name in use" >&2; exit 1;; esac\n', { mode: 0o755 });
+        const before = lines().length;
+        expect(talk(broker.socket, `session workspace=s-web connection=${CONNECTION}\n`).lines).toEqual(["error cannot start container agent-s-web: name in use"]);
+        expect(talk(broker.socket, `session workspace=s-full connection=${CONNECTION}\n`).lines).toEqual(["error 8 sessions exist already"]);
+        const recorded = recordEntries(broker.recordFile).slice(before);
+        expect(recorded.map((e) => [e.verb, e.workspace, e.outcome, e.detail])).toEqual([
+            ["session-create", "s-web", "failed", "cannot start container agent-s-web: name in use"],
+            ["session-create", "s-full", "refused", "8 sessions exist already"],
+        ]);
+    });
+
     it("writes no record the gateway's checker refuses: each kind at its limits, in invalid UTF-8, control and astral characters (red team 4: one such label stopped every later pull)", () => {
         const engine = path.join(dir, "engine");
         fs.writeFileSync(engine, '#!/bin/sh\nprintf "checkpoint 5 of shared (manual) "; head -c 3000 /dev/zero | tr "\\0" "\\377"; echo\n', { mode: 0o755 });

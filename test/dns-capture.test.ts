@@ -101,6 +101,26 @@ describe.runIf(toolsAvailable("DNS capture writer", ["python3"]))("the gateway's
         expect(shown.stdout).toContain(`(${5000 - kept.length} queries over the capture's budget of a client a second: counted, not kept; a flood)`);
     });
 
+    it("a TCP segment without data spends no budget and is not written; a query over TCP (answered at any rate) is always kept (red team 5)", () => {
+        const dir = tempDir("dns-capture-tcp");
+        const log = path.join(dir, "queries.log");
+        const second = 1795802757;
+        const fakeTcpdump = path.join(dir, "tcpdump");
+        fs.writeFileSync(
+            fakeTcpdump,
+            `#!/bin/bash\nfor i in $(seq 1 ${DNS_CAPTURE_PER_CLIENT_SECOND}); do printf '${second}.%06d IP 100.64.0.2.%d > 100.64.0.1.53: Flags [S], seq 1, win 64240, options [mss 1460], length 0\\n' "$i" $((40000 + i)); done\n` +
+                `printf '${second}.900000 IP 100.64.0.2.39999 > 100.64.0.1.53: Flags [P.], seq 1:44, ack 1, win 502, length 43: 7+ TXT? c2VjcmV0.exfil.attacker.example. (41)\\n'\n` +
+                `printf '${second}.900001 IP 100.64.0.2.39998 > 100.64.0.1.53: 8+ A? udp-after-syns.example. (40)\\n'\n`,
+            { mode: 0o755 },
+        );
+        expect(run("python3", [writer(), log, String(64 * 1024), "3", "--", fakeTcpdump], { timeout: 60_000 }).status).toBe(0);
+        const lines = fs.readFileSync(log, "utf8").split("\n").filter(Boolean);
+        expect(lines.filter((l) => l.includes("Flags [S]"))).toEqual([]);
+        expect(lines.some((l) => l.includes("TXT? c2VjcmV0.exfil.attacker.example."))).toBe(true);
+        expect(lines.some((l) => l.includes("A? udp-after-syns.example."))).toBe(true);
+        expect(lines.filter((l) => l.includes("not kept"))).toEqual([]);
+    });
+
     it("refuses a command line that is not its own", () => {
         const result = run("python3", [writer(), "/tmp/x.log", "lots", "3", "--", "true"]);
         expect(result.status).toBe(2);

@@ -253,7 +253,7 @@ describe.runIf(canRun)("the undo button through ssh", () => {
             const address = (name: string) => docker("inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", name).stdout.trim().split(" ");
             // Beta serves on its shell and its database; alpha, its neighbour, probes both by name and by address.
             const probe = (session: string, target: string, port: number) => ssh(`echo | nc -w 3 ${target} ${port}`, { AIRLOCK_SESSION: session });
-            for (const [target, port] of [["agent-s-beta", 8080], ["agent-s-beta-postgres", 5432]] as const) {
+            for (const [target, port] of [["agent-s-beta", 8080], ["agent-postgres-s-beta", 5432]] as const) {
                 expect(docker("exec", "--detach", target, "sh", "-c", `while :; do echo pong | nc -l -p ${port}; done`).status, `${target} serves`).toBe(0);
                 expect(probe("alpha", target, port).stdout, `alpha reached ${target} by name`).not.toContain("pong");
                 // Docker's DNS in alpha's networks does not know the name (it asks upstream, which has none).
@@ -268,7 +268,7 @@ describe.runIf(canRun)("the undo button through ssh", () => {
             expect(probe("beta", "agent-s-beta", 8080).stdout).toBe("pong\n");
             // Each session's database has a password of its own, its shell knows its own, and nothing trusts the network.
             const secrets = ["alpha", "beta"].map((name) => {
-                const db = inspectEnv(`agent-s-${name}-postgres`);
+                const db = inspectEnv(`agent-postgres-s-${name}`);
                 expect(db.some((v) => v.startsWith("POSTGRES_HOST_AUTH_METHOD="))).toBe(false);
                 const password = db.find((v) => v.startsWith("POSTGRES_PASSWORD="))?.split("=")[1] ?? "";
                 expect(password).toMatch(/^[0-9a-f]{64}$/);
@@ -282,7 +282,7 @@ describe.runIf(canRun)("the undo button through ssh", () => {
             expect([st.uid, st.mode & 0o777]).toEqual([0, 0o440]);
             expect(ssh(`grep -rl ${secrets[0]} /workspace; echo done`, { AIRLOCK_SESSION: "alpha" }).stdout).toBe("done\n");
             // The servers go, so the session is idle again for the test that follows.
-            for (const target of ["agent-s-beta", "agent-s-beta-postgres"]) {
+            for (const target of ["agent-s-beta", "agent-postgres-s-beta"]) {
                 for (const line of docker("top", target, "-eo", "pid,args").stdout.split("\n").filter((l) => /pong|nc -l/.test(l))) process.kill(Number(line.trim().split(/\s+/)[0]), "SIGKILL");
             }
         });
@@ -305,7 +305,7 @@ describe.runIf(canRun)("the undo button through ssh", () => {
             expect(talk(broker!.socket, `record-event workspace=s-beta event=session-removed detail=${Buffer.from("forged").toString("base64")}\n`, AGENT).lines).toEqual(["error record-event: root's jobs only"]);
             expect(docker("inspect", "agent-s-beta").status).not.toBe(0);
             // Its database's container and networks go too; its data stays for its return.
-            expect(docker("inspect", "agent-s-beta-postgres").status).not.toBe(0);
+            expect(docker("inspect", "agent-postgres-s-beta").status).not.toBe(0);
             expect(docker("network", "ls", "--quiet", "--filter", "name=airlock-s-beta_").stdout.trim()).toBe("");
             expect(docker("volume", "inspect", "airlock-s-beta_pgdata").status).toBe(0);
             expect(fs.existsSync(path.join(dirs.workspaces, "s-beta"))).toBe(false);

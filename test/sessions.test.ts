@@ -60,7 +60,8 @@ describe("per-session containers", () => {
         expect(Object.keys(session.services)).toEqual(["agent-sandbox-shell", "postgres", "redis"]);
         const secret = `\${${SESSION_SECRET_VARIABLE}}`;
         const { postgres, redis } = session.services;
-        expect(postgres.container_name).toBe("agent-@SESSION@-postgres");
+        expect(postgres.container_name).toBe("agent-postgres-@SESSION@");
+        expect(redis.container_name).toBe("agent-redis-@SESSION@");
         expect(postgres.environment).toEqual({ POSTGRES_PASSWORD: secret, POSTGRES_DB: "agent" });
         expect({ ...postgres, container_name: undefined, environment: undefined }).toEqual({ ...shared.postgres, container_name: undefined, environment: undefined });
         expect(redis.command).toEqual(["redis-server", "--requirepass", secret]);
@@ -70,6 +71,18 @@ describe("per-session containers", () => {
         expect(session.networks).toEqual({ egress: {}, internal: { internal: true } });
         expect(session.volumes).toEqual({ pgdata: {}, redisdata: {} });
         expect(text).not.toMatch(/external|trust|airlock_/);
+    });
+
+    it("no session's shell can bear another session's database's name (red team 5: session web-postgres's shell was session web's database)", () => {
+        const session = YAML.parse(renderedFile(sandboxOf(perSession((c) => ((c["airlock:workloads"].postgres = { enabled: true }), (c["airlock:workloads"].redis = { enabled: true })))), SESSION_COMPOSE_PATH));
+        const named = (ws: string) => Object.values(session.services as Record<string, { container_name: string }>).map((s) => s.container_name.replace(SESSION_PLACEHOLDER, ws));
+        const shells = ["s-web-postgres", "s-web-redis", "s-postgres-s-web", "c-0123456789ab"].map((ws) => `agent-${ws}`);
+        for (const ws of ["s-web", "s-postgres-s-web", "c-0123456789ab"]) {
+            const [, ...databases] = named(ws);
+            expect(databases.filter((d) => shells.includes(d)), ws).toEqual([]);
+            // Every name a database gets is outside the shells' names (agent-s-… or agent-c-…).
+            for (const d of databases) expect(d, ws).not.toMatch(/^agent-(s|c)-/);
+        }
     });
 
     it("the sandbox's Docker has address room for every session's networks at the largest max (its default pools hold 31 networks)", () => {

@@ -288,6 +288,9 @@ function agentServices(cfg: StackConfig, images: ResolvedImages): { services: Re
  * One session (per-session mode): the shell's own hardened definition with the session's name
  * and workspace, and a PostgreSQL and a Redis of its own when the sandbox has them, all on
  * networks of the session's own project: no route to another session and no name of one.
+ * Its databases are agent-postgres-<session> and agent-redis-<session>: a session is s-… or c-…,
+ * so no session's shell (agent-<session>) can bear another's database's name (red team 5:
+ * agent-s-web-postgres was both session web's database and session web-postgres's shell).
  * The sandbox's shared services (api, the stack's own services) are not the session's. The
  * checkpoint helper fills @SESSION@ (a validated name) and docker-compose the session's secret
  * from its env file, nothing else, so the gate judges every session by this file.
@@ -301,12 +304,12 @@ export function renderSessionCompose(cfg: StackConfig, images: ResolvedImages): 
     const volumes: Record<string, object> = {};
     if (w.postgres.enabled) {
         // The image's entrypoint answers connections over the network with scram-sha-256 once a password is set (docker-library/postgres).
-        services.postgres = postgresService(cfg, images, `agent-${SESSION_PLACEHOLDER}-postgres`, { POSTGRES_PASSWORD: secret });
+        services.postgres = postgresService(cfg, images, `agent-postgres-${SESSION_PLACEHOLDER}`, { POSTGRES_PASSWORD: secret });
         shell.environment = { PGHOST: "postgres", PGUSER: "postgres", PGDATABASE: "agent", PGPASSWORD: secret };
         volumes.pgdata = {};
     }
     if (w.redis.enabled) {
-        services.redis = redisService(cfg, images, `agent-${SESSION_PLACEHOLDER}-redis`, ["redis-server", "--requirepass", secret]);
+        services.redis = redisService(cfg, images, `agent-redis-${SESSION_PLACEHOLDER}`, ["redis-server", "--requirepass", secret]);
         shell.environment = { ...(shell.environment as object), REDISCLI_AUTH: secret };
         volumes.redisdata = {};
     }
