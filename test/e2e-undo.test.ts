@@ -184,13 +184,14 @@ describe.runIf(canRun)("the undo button through ssh", () => {
             }
             expect(ssh("git --version").stdout).toMatch(/^git version \d/);
             expect(containerId("agent-sandbox-shell")).not.toBe(before);
-            // Both verbs are on the record, written by the broker: a restore leaves a trace.
+            // Both verbs are on the record, written by the broker, as started before they ran and with their outcome: a restore leaves a trace.
             const verbs = recordEntries(broker!.recordFile).filter((e) => e.kind === "verb");
+            const twice = (verb: string, args: Record<string, string>) => [["started", ""], ["ok", ""]].map(([outcome]) => [verb, "shared", args, outcome]);
             expect(verbs.map((e) => [e.verb, e.workspace, e.args, e.outcome])).toEqual([
-                ["checkpoint", "shared", { label: "before cleanup" }, "ok"],
+                ...twice("checkpoint", { label: "before cleanup" }),
                 // The automatic one before the rm -rf, asked for by the wrapper.
-                ["checkpoint", "shared", { auto: "yes", label: "rm -rf /workspace/app /usr/bin/git" }, "ok"],
-                ["restore", "shared", { label: "before cleanup" }, "ok"],
+                ...twice("checkpoint", { auto: "yes", label: "rm -rf /workspace/app /usr/bin/git" }),
+                ...twice("restore", { label: "before cleanup" }),
             ]);
         });
 
