@@ -69,12 +69,22 @@ npm run -s typecheck
 # Built once here: both test processes below find dist/ fresh and leave it alone.
 npm run -s build
 
-# The twin's acceptance suite (test/e2e-twin.test.ts: about 20 minutes, mostly its QEMU
-# guests' own time) runs beside the rest, each in a vitest process of its own, so the
-# rest still runs one file at a time as on any 2-core machine. Its log follows the rest's.
+# The twin's acceptance suite (test/e2e-twin.test.ts, mostly its QEMU guests' own time)
+# runs in a vitest process of its own, its log after the rest's. Its guests boot first
+# with the machine to themselves: beside the whole suite their first boot outgrew an hour
+# (the gateway's packages, then the agent runtime's image and start-up, all emulated).
+# The rest starts once both guests run their workloads (or the twin's process ended) and
+# runs beside the twin's tests, one file at a time as on any 2-core machine.
 readonly TWIN_SUITE=test/e2e-twin.test.ts
+readonly TWIN_STATE=/run/airlock-twin/e2e/state.json
 AIRLOCK_TWIN_BESIDE_SUITE=1 npx vitest run "$TWIN_SUITE" --reporter=default --reporter=json --outputFile.json=out/test-results-twin.json >out/test-twin.log 2>&1 &
 twin=$!
+# (a twin left from an earlier run is taken down by the suite first: look only after that)
+while sleep 20 && kill -0 "$twin" 2>/dev/null; do
+	if [[ -f "$TWIN_STATE" ]] && node -e 'const s = JSON.parse(require("node:fs").readFileSync(process.argv[1], "utf8")); process.exit(["gateway", "sandbox"].every((r) => s.guests?.[r]?.readyAt) ? 0 : 1)' "$TWIN_STATE" 2>/dev/null; then
+		break
+	fi
+done
 status=0
 npx vitest run --exclude "$TWIN_SUITE" --reporter=default --reporter=json --outputFile.json=out/test-results.json || status=$?
 twin_status=0
