@@ -23,6 +23,16 @@ function writer(): string {
     return file;
 }
 
+/** The writer over a stand-in tcpdump printing `script`'s lines, into 3 files of 64 KiB: its exit status and the lines kept, oldest first. */
+function capture(name: string, script: string): { status: number | null; lines: string[] } {
+    const dir = tempDir(name);
+    const fakeTcpdump = path.join(dir, "tcpdump");
+    fs.writeFileSync(fakeTcpdump, `#!/bin/bash\n${script}`, { mode: 0o755 });
+    const { status } = run("python3", [writer(), path.join(dir, "queries.log"), String(64 * 1024), "3", "--", fakeTcpdump], { timeout: 60_000 });
+    const files = ["queries.log.2", "queries.log.1", "queries.log"].filter((f) => fs.existsSync(path.join(dir, f)));
+    return { status, lines: files.flatMap((f) => fs.readFileSync(path.join(dir, f), "utf8").split("\n").filter(Boolean)) };
+}
+
 describe.runIf(toolsAvailable("DNS capture writer", ["python3"]))("the gateway's DNS capture writer", () => {
     it("the unit runs tcpdump through the writer, as tcpdump's user with only CAP_NET_RAW, into a log bounded by size", () => {
         const execStart = /^ExecStart=(.+)$/m.exec(unit)![1].split(" ");
@@ -68,21 +78,16 @@ describe.runIf(toolsAvailable("DNS capture writer", ["python3"]))("the gateway's
     });
 
     it("a flood from one client cannot rotate an earlier lookup out: past its budget a second is counted in one line, which both readers show (red team 4)", () => {
-        const dir = tempDir("dns-capture-flood");
-        const log = path.join(dir, "queries.log");
         const second = 1795802757;
         // One lookup to hide, then 5000 queries in three seconds from the same client (about 500 KB, the capture holds 192 KiB).
-        const fakeTcpdump = path.join(dir, "tcpdump");
-        fs.writeFileSync(
-            fakeTcpdump,
-            `#!/bin/bash\nprintf '${second - 60}.000001 IP 100.100.7.1.40000 > 100.100.7.2.53: 1+ TXT? secret-exfil.example. (40)\\n'\n` +
+        const { status, lines } = capture(
+            "dns-capture-flood",
+            `printf '${second - 60}.000001 IP 100.100.7.1.40000 > 100.100.7.2.53: 1+ TXT? secret-exfil.example. (40)\\n'\n` +
                 `for i in $(seq 1 5000); do printf '%d.%06d IP 100.100.7.1.51364 > 100.100.7.2.53: 5+ A? flood-%08d.example.org. (40)\\n' $((${second} + i / 1700)) "$i" "$i"; done\n` +
                 `printf '${second + 9}.000001 IP 100.100.7.3.40000 > 100.100.7.2.53: 2+ A? other-client.example. (40)\\n'\n`,
-            { mode: 0o755 },
         );
-        expect(run("python3", [writer(), log, String(64 * 1024), "3", "--", fakeTcpdump], { timeout: 60_000 }).status).toBe(0);
-        const files = ["queries.log.2", "queries.log.1", "queries.log"].filter((f) => fs.existsSync(path.join(dir, f)));
-        const lines = files.flatMap((f) => fs.readFileSync(path.join(dir, f), "utf8").split("\n").filter(Boolean));
+        expect(status).toBe(0);
+        const dir = tempDir("dns-capture-readers");
         expect(lines.some((l) => l.includes("secret-exfil.example")), "the lookup before the flood was rotated out").toBe(true);
         const kept = lines.filter((l) => l.includes("A? flood-"));
         const counted = lines.map((l) => /^\d+\.999999 airlock-dns-capture: 100\.100\.7\.1 sent (\d+) more queries this second, not kept$/.exec(l)).filter((m) => m !== null);
@@ -102,19 +107,14 @@ describe.runIf(toolsAvailable("DNS capture writer", ["python3"]))("the gateway's
     });
 
     it("a TCP segment without data spends no budget and is not written; a query over TCP (answered at any rate) is always kept (red team 5)", () => {
-        const dir = tempDir("dns-capture-tcp");
-        const log = path.join(dir, "queries.log");
         const second = 1795802757;
-        const fakeTcpdump = path.join(dir, "tcpdump");
-        fs.writeFileSync(
-            fakeTcpdump,
-            `#!/bin/bash\nfor i in $(seq 1 ${DNS_CAPTURE_PER_CLIENT_SECOND}); do printf '${second}.%06d IP 100.64.0.2.%d > 100.64.0.1.53: Flags [S], seq 1, win 64240, options [mss 1460], length 0\\n' "$i" $((40000 + i)); done\n` +
+        const { status, lines } = capture(
+            "dns-capture-tcp",
+            `for i in $(seq 1 ${DNS_CAPTURE_PER_CLIENT_SECOND}); do printf '${second}.%06d IP 100.64.0.2.%d > 100.64.0.1.53: Flags [S], seq 1, win 64240, options [mss 1460], length 0\\n' "$i" $((40000 + i)); done\n` +
                 `printf '${second}.900000 IP 100.64.0.2.39999 > 100.64.0.1.53: Flags [P.], seq 1:44, ack 1, win 502, length 43: 7+ TXT? c2VjcmV0.exfil.attacker.example. (41)\\n'\n` +
                 `printf '${second}.900001 IP 100.64.0.2.39998 > 100.64.0.1.53: 8+ A? udp-after-syns.example. (40)\\n'\n`,
-            { mode: 0o755 },
         );
-        expect(run("python3", [writer(), log, String(64 * 1024), "3", "--", fakeTcpdump], { timeout: 60_000 }).status).toBe(0);
-        const lines = fs.readFileSync(log, "utf8").split("\n").filter(Boolean);
+        expect(status).toBe(0);
         expect(lines.filter((l) => l.includes("Flags [S]"))).toEqual([]);
         expect(lines.some((l) => l.includes("TXT? c2VjcmV0.exfil.attacker.example."))).toBe(true);
         expect(lines.some((l) => l.includes("A? udp-after-syns.example."))).toBe(true);
