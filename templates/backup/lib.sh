@@ -131,11 +131,10 @@ verify_repository() {
 }
 
 # on_sandbox COMMAND: COMMAND in the sandbox's shell container, as the agent, with nothing
-# of this script's environment. Its stderr is the sandbox's: control characters reach the
-# journal or an operator's terminal only as cat -v shows them.
+# of this script's environment.
 on_sandbox() {
 	# shellcheck disable=SC2086 # SANDBOX_EXEC is a command line
-	env -i PATH="$CLEAN_PATH" $SANDBOX_EXEC "$1" 2> >(cat -v >&2)
+	env -i PATH="$CLEAN_PATH" $SANDBOX_EXEC "$1"
 }
 
 # new_scratch: prints a fresh root-owned folder for confined work: input/ (files the
