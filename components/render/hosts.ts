@@ -20,6 +20,7 @@ import {
     ResolvedImages,
     RESOLVER_PUBLISHED_PORT,
     RESOLVER_RATELIMIT,
+    RESOLVER_SERVICE,
     RUNTIME_SSH_KEY,
 } from "../workloads/compose";
 import { CHECKPOINT_ENGINE_PATH, checkpointFiles } from "./checkpoints";
@@ -268,7 +269,12 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
     const user = cfg.agent.user;
     const adguard = adguardDataDir(cfg);
     // The rendered AdGuard config replaces the live one at every start: this stack is the source of truth.
-    const workloadsPre = [`/usr/bin/install -D -m 0600 /etc/airlock/adguard/AdGuardHome.yaml ${adguard}/conf/AdGuardHome.yaml`];
+    const workloadsPre = [
+        `/usr/bin/install -D -m 0600 /etc/airlock/adguard/AdGuardHome.yaml ${adguard}/conf/AdGuardHome.yaml`,
+        // The resolver first, on its own: compose pulls every image before it starts any
+        // container, so the sandbox's DNS would wait for (or die with) the runtime's image.
+        `/usr/bin/docker-compose --project-name airlock --file /etc/airlock/compose.yml up --detach --no-deps ${RESOLVER_SERVICE}`,
+    ];
     // The resolver's and the runtime's filesystems and secrets exist before the compose file is checked and started.
     const runtimeUnits = ["airlock-resolver-state.service", ...agentUnits(cfg), ...(cfg.gateway.github ? ["airlock-github-token.socket", "airlock-github-token-revoke.timer"] : [])];
     const compose = renderGatewayCompose(cfg, images);

@@ -29,6 +29,8 @@ export { BUILT_SANDBOX_SHELL_PLACEHOLDER } from "../../policies/contract";
 const STARTUP_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID"];
 
 /** Where the agent's AdGuard Home keeps its live config and query log on the gateway. */
+/** The gateway's resolver in its compose file (started ahead of the rest). */
+export const RESOLVER_SERVICE = "adguard";
 export const adguardDataDir = (cfg: StackConfig) => `/home/${cfg.agent.user}/.local/share/airlock/adguard`;
 /** AdGuard Home's work directory, on the resolver's fixed-size filesystem (airlock-resolver-state, /var/lib/airlock/resolver). */
 export const RESOLVER_WORK_DIR = "/var/lib/airlock/resolver/work";
@@ -342,7 +344,7 @@ export function renderGatewayCompose(cfg: StackConfig, images: ResolvedImages): 
     const data = adguardDataDir(cfg);
     const agent = agentServices(cfg, images);
     const services = {
-        adguard: hardened({
+        [RESOLVER_SERVICE]: hardened({
             container_name: "airlock-adguard",
             image: images.adguard,
             // The sandbox's resolver, on the tailnet address only (port 53 there is redirected to it).
