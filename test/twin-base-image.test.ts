@@ -4,8 +4,12 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureArchiveKey, keyFileFingerprint } from "../twin/archive-key";
-import { BASE_PACKAGES_FILE, BASE_ROOT_DEVICE, ensureBaseImage, readPackageList, type BaseImage } from "../twin/base-image";
+import { planStack } from "../cli/offline";
+import { collectArtifacts } from "../cli/plan";
+import { BASE_PACKAGES_FILE, BASE_ROOT_DEVICE, ensureBaseImage, readPackageList, type BaseImage, type HostPackages } from "../twin/base-image";
 import { ensureCa } from "../twin/ca";
+import { hostPackages } from "../twin/standins";
+import { STACKS_DIR } from "./helpers/stacks";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -93,5 +97,51 @@ describe.runIf(canBuild)("the twin's base image, built with mmdebstrap", () => {
         // cloud-init sets LANG=en_US.UTF-8; update-locale fails unless it was generated.
         expect(cat("/etc/locale.gen")).toMatch(/^en_US\.UTF-8 UTF-8$/m);
         expect(ls("/usr/lib/locale")).toContain("locale-archive");
+    });
+});
+
+describe.runIf(canBuild)("a host's image: the base image with its user_data's packages installed", () => {
+    let image: BaseImage;
+    let raw = "";
+    let host: HostPackages;
+    const partition = () => `${raw}?offset=${1024 ** 2}`;
+    const ls = (dir: string) =>
+        run("debugfs", ["-R", `ls -p ${dir}`, partition()])
+            .stdout.split("\n")
+            .map((line) => line.split("/")[5])
+            .filter((name) => name !== undefined && name !== "." && name !== "..");
+
+    beforeAll(async () => {
+        // The gateway's: it names the most packages, PostgreSQL among them, whose cluster creation reads a file of user_data.
+        host = hostPackages(collectArtifacts(await planStack(path.join(STACKS_DIR, "Pulumi.dev.yaml"), "dev")).get("gateway")!["cloud-init.yaml"]);
+        const lines: string[] = [];
+        image = await ensureBaseImage((line) => lines.push(line), undefined, host);
+        console.log(`twin host image (gateway): ${lines.at(-1)}`);
+        raw = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "airlock-twin-host-image-")), "disk.raw");
+        const converted = run("qemu-img", ["convert", "-O", "raw", image.disk, raw], { timeout: 300_000 });
+        if (converted.status !== 0) throw new Error(converted.stderr);
+    }, 1_200_000);
+
+    afterAll(() => {
+        if (raw) fs.rmSync(path.dirname(raw), { recursive: true, force: true });
+    });
+
+    it("has the base's packages and every package the host's user_data names", () => {
+        const manifest = fs.readFileSync(image.manifest, "utf8");
+        for (const name of [...readPackageList(BASE_PACKAGES_FILE), ...host.packages]) expect(manifest, name).toMatch(new RegExp(`^${name} \\S+$`, "m"));
+    });
+
+    it("installed them as user_data's files said (no PostgreSQL cluster, no recommendations), and left those files for cloud-init to write", () => {
+        expect(Object.keys(host.earlyFiles)).toEqual(["/etc/apt/apt.conf.d/90airlock-no-recommends", "/etc/postgresql-common/createcluster.conf"]);
+        // postgresql-common creates a cluster "main" unless createcluster.conf says not to.
+        expect(ls("/etc/postgresql")).toEqual([]);
+        // docker.io recommends git; with recommendations it would be here.
+        expect(fs.readFileSync(image.manifest, "utf8")).not.toMatch(/^git /m);
+        for (const file of Object.keys(host.earlyFiles)) expect(ls(path.dirname(file)), file).not.toContain(path.basename(file));
+    });
+
+    it("starts its packages' services at boot, as their installation would have, and lets services start again", () => {
+        expect(ls("/etc/systemd/system/multi-user.target.wants")).toEqual(expect.arrayContaining(["docker.service", "containerd.service", "postgresql.service"]));
+        expect(run("debugfs", ["-R", "stat /usr/sbin/policy-rc.d", partition()]).stderr).toMatch(/File not found/);
     });
 });

@@ -2,10 +2,11 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureArchiveKey, keyFileFingerprint } from "../twin/archive-key";
-import { BASE_PACKAGES_FILE, baseImageInputs, baseImageKey, cachedBaseImage, ensureBaseImage } from "../twin/base-image";
+import { BASE_PACKAGES_FILE, baseImageInputs, baseImageKey, cachedBaseImage, EARLY_FILE_DIRS, ensureBaseImage } from "../twin/base-image";
 import { ensureCa, issueLeaf } from "../twin/ca";
 import { HOST_ADDRESS } from "../twin/contract";
 import { ensureMirror, mirrorKey, RunningMirror, startMirror, tailscaleKeyFingerprint, userDataPackages } from "../twin/mirror";
+import { hostPackages } from "../twin/standins";
 import { inNamespace } from "./helpers/netns";
 import { tempDir } from "./helpers/stacks";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
@@ -78,6 +79,35 @@ describe.runIf(canUseTools)("the base image's cache key", () => {
         }
     });
 
+    it("a host's image has a key of its own, which changes with its packages and with the files they read while they install", () => {
+        const base = baseImageKey(baseImageInputs(trust()));
+        const host = { packages: ["docker.io", "postgresql"], earlyFiles: { "/etc/postgresql-common/createcluster.conf": { content: "create_main_cluster = false\n", permissions: "0644" } } };
+        const key = baseImageKey(baseImageInputs({ ...trust(), host }));
+        expect(key).not.toBe(base);
+        expect(baseImageKey(baseImageInputs({ ...trust(), host: { ...host } }))).toBe(key);
+        expect(baseImageKey(baseImageInputs({ ...trust(), host: { ...host, packages: ["docker.io"] } }))).not.toBe(key);
+        const created = { "/etc/postgresql-common/createcluster.conf": { content: "create_main_cluster = true\n", permissions: "0644" } };
+        expect(baseImageKey(baseImageInputs({ ...trust(), host: { ...host, earlyFiles: created } }))).not.toBe(key);
+    });
+
+    it("takes from user_data its packages and only the files apt and their maintainer scripts read while they install; an encoded one is refused", () => {
+        const userData = (files: object[]) => `#cloud-config\n${JSON.stringify({ packages: ["docker.io", "postgresql"], write_files: files })}\n`;
+        const files = [
+            { path: "/etc/apt/apt.conf.d/90airlock-no-recommends", content: 'APT::Install-Recommends "false";\n', permissions: "0644" },
+            { path: "/etc/postgresql-common/createcluster.conf", content: "create_main_cluster = false\n" },
+            { path: "/etc/airlock/tailnet-authkey", content: "a join key", permissions: "0600" },
+            { path: "/etc/systemd/system/ssh.service.d/10-airlock-tailnet.conf", content: "[Service]\n" },
+        ];
+        const host = hostPackages(userData(files));
+        expect(host.packages).toEqual(["docker.io", "postgresql"]);
+        expect(host.earlyFiles).toEqual({
+            "/etc/apt/apt.conf.d/90airlock-no-recommends": { content: 'APT::Install-Recommends "false";\n', permissions: "0644" },
+            "/etc/postgresql-common/createcluster.conf": { content: "create_main_cluster = false\n", permissions: "0644" },
+        });
+        expect(EARLY_FILE_DIRS).toEqual(["/etc/apt/", "/etc/postgresql-common/"]);
+        expect(() => hostPackages(userData([{ path: "/etc/apt/apt.conf.d/x", content: "eA==", encoding: "b64" }]))).toThrow(/\/etc\/apt\/apt.conf.d\/x is b64-encoded/);
+    });
+
     it("ensureBaseImage reuses the image cached under the current key and builds nothing", async () => {
         const key = baseImageKey(baseImageInputs(trust()));
         expect(cachedBaseImage(key, cache)).toBeUndefined();
@@ -94,8 +124,8 @@ describe.runIf(canUseTools)("the base image's cache key", () => {
 });
 
 describe.runIf(toolsAvailable("twin scripts", ["shellcheck", "pyflakes3"]))("the twin's own scripts", () => {
-    it("the image's customize hook passes shellcheck, the mirror's server pyflakes", () => {
-        const hook = run("shellcheck", [path.join(__dirname, "..", "twin", "base-image", "customize")]);
+    it("the image's hooks pass shellcheck, the mirror's server pyflakes", () => {
+        const hook = run("shellcheck", ["customize", "role-packages"].map((hook) => path.join(__dirname, "..", "twin", "base-image", hook)));
         expect(hook.stdout + hook.stderr).toBe("");
         expect(hook.status).toBe(0);
         const server = run("pyflakes3", [path.join(__dirname, "..", "twin", "mirror", "serve.py")]);

@@ -22,6 +22,7 @@ import { TWIN_SOURCES } from "./sources";
 const SOURCES = path.join(TWIN_SOURCES, "base-image");
 export const BASE_PACKAGES_FILE = path.join(SOURCES, "packages");
 const CUSTOMIZE_HOOK = path.join(SOURCES, "customize");
+const HOST_PACKAGES_HOOK = path.join(SOURCES, "role-packages");
 const FILES = path.join(SOURCES, "files");
 
 /** How the image is made, beyond its source files: a change here is a new image too. */
@@ -60,8 +61,28 @@ export interface BaseImage {
     dpkgStatus: string;
 }
 
+/**
+ * A host's image: the base image with the packages the host's user_data names
+ * already installed (base-image/role-packages), the twin's one departure from a
+ * fresh server for time: under emulation their installation took 14 of the
+ * gateway's 26 minutes of first boot, and a replaced sandbox paid it again.
+ * cloud-init's packages module still runs at boot (update, upgrade, install),
+ * after the same files and before the same commands as on a real server, and
+ * finds them installed.
+ */
+export interface HostPackages {
+    packages: string[];
+    /** What user_data writes that apt or the packages' maintainer scripts read while they install. */
+    earlyFiles: Record<string, { content: string; permissions: string }>;
+}
+
+/** Where user_data's files are read while packages install: apt's settings, PostgreSQL's cluster creation. */
+export const EARLY_FILE_DIRS = ["/etc/apt/", "/etc/postgresql-common/"];
+
 export interface BaseImageInputs {
     packages: string[];
+    /** The host's packages, installed after the base's (a host image); none for the base image. */
+    hostPackages: string[];
     /** Every file that shapes the image, by a name stable across checkouts, with its content. */
     files: Record<string, string>;
 }
@@ -82,7 +103,7 @@ function listFiles(dir: string, prefix = ""): string[] {
     });
 }
 
-export function baseImageInputs(options: { packagesFile?: string; caCert: string; archiveKey: string }): BaseImageInputs {
+export function baseImageInputs(options: { packagesFile?: string; caCert: string; archiveKey: string; host?: HostPackages }): BaseImageInputs {
     const packagesFile = options.packagesFile ?? BASE_PACKAGES_FILE;
     const files: Record<string, string> = {
         packages: fs.readFileSync(packagesFile, "utf8"),
@@ -91,12 +112,17 @@ export function baseImageInputs(options: { packagesFile?: string; caCert: string
         "archive-key.gpg": fs.readFileSync(options.archiveKey).toString("base64"),
     };
     for (const rel of listFiles(FILES).sort()) files[`files/${rel}`] = fs.readFileSync(path.join(FILES, rel), "utf8");
-    return { packages: readPackageList(packagesFile), files };
+    if (options.host) {
+        files["role-packages"] = fs.readFileSync(HOST_PACKAGES_HOOK, "utf8");
+        for (const [file, early] of Object.entries(options.host.earlyFiles)) files[`early${file}`] = `${early.permissions}\n${early.content}`;
+    }
+    return { packages: readPackageList(packagesFile), hostPackages: [...(options.host?.packages ?? [])].sort(), files };
 }
 
 /** The cache key: changes with the package list, the hook, the files, the CA, the archive key and the recipe. */
 export function baseImageKey(inputs: BaseImageInputs): string {
-    const hash = crypto.createHash("sha256").update(JSON.stringify({ recipe: RECIPE, packages: inputs.packages }));
+    const recipe = inputs.hostPackages.length > 0 ? { recipe: RECIPE, packages: inputs.packages, hostPackages: inputs.hostPackages } : { recipe: RECIPE, packages: inputs.packages };
+    const hash = crypto.createHash("sha256").update(JSON.stringify(recipe));
     for (const name of Object.keys(inputs.files).sort()) hash.update(`\0${name}\0${inputs.files[name]}`);
     return hash.digest("hex").slice(0, 16);
 }
@@ -153,15 +179,19 @@ function removeUnlessMounted(staging: string): void {
     fs.rmSync(staging, { recursive: true, force: true });
 }
 
-/** The base image for the current inputs: the cached one, or a new build (a few minutes). */
-export async function ensureBaseImage(log: (line: string) => void, cacheDir = TWIN_CACHE_DIR): Promise<BaseImage> {
+/**
+ * The base image for the current inputs (with `host`, that host's image): the cached
+ * one, or a new build (a few minutes).
+ */
+export async function ensureBaseImage(log: (line: string) => void, cacheDir = TWIN_CACHE_DIR, host?: HostPackages): Promise<BaseImage> {
     const ca = ensureCa(cacheDir);
     const archiveKey = ensureArchiveKey(cacheDir);
-    const inputs = baseImageInputs({ caCert: ca.cert, archiveKey: archiveKey.publicKey });
+    const inputs = baseImageInputs({ caCert: ca.cert, archiveKey: archiveKey.publicKey, host });
     const key = baseImageKey(inputs);
+    const what = host ? "host image" : "base image";
     const cached = cachedBaseImage(key, cacheDir);
     if (cached) {
-        log(`base image: cached ${cached.dir}`);
+        log(`${what}: cached ${cached.dir}`);
         return cached;
     }
 
@@ -172,29 +202,43 @@ export async function ensureBaseImage(log: (line: string) => void, cacheDir = TW
     const logFile = path.join(staging, "build.log");
     const rootfs = path.join(staging, "rootfs");
     const raw = path.join(staging, "disk.raw");
+    const earlyFiles = path.join(staging, "early-files");
     const image = imageIn(staging);
     try {
-        log(`base image: building ${dir} (mmdebstrap, a few minutes; log ${logFile})`);
+        log(`${what}: building ${dir} (mmdebstrap, a few minutes; log ${logFile})`);
+        for (const [file, early] of Object.entries(host?.earlyFiles ?? {})) {
+            fs.mkdirSync(path.dirname(path.join(earlyFiles, file)), { recursive: true });
+            fs.writeFileSync(path.join(earlyFiles, file), early.content, { mode: parseInt(early.permissions, 8) });
+        }
         await step(
             logFile,
             "mmdebstrap",
             [
                 `--variant=${RECIPE.variant}`,
                 `--include=${inputs.packages.join(",")}`,
+                // The host's packages after the base's, while the build's apt sources are still there.
+                ...(host ? [`--customize-hook=${HOST_PACKAGES_HOOK}`] : []),
                 `--customize-hook=${CUSTOMIZE_HOOK}`,
                 RECIPE.suite,
                 rootfs,
                 ...RECIPE.mirrors,
             ],
-            { AIRLOCK_TWIN_FILES: FILES, AIRLOCK_TWIN_CA_CERT: ca.cert, AIRLOCK_TWIN_ARCHIVE_KEY: archiveKey.publicKey },
+            {
+                AIRLOCK_TWIN_FILES: FILES,
+                AIRLOCK_TWIN_CA_CERT: ca.cert,
+                AIRLOCK_TWIN_ARCHIVE_KEY: archiveKey.publicKey,
+                AIRLOCK_TWIN_ROLE_PACKAGES: inputs.hostPackages.join(" "),
+                AIRLOCK_TWIN_EARLY_FILES: earlyFiles,
+            },
         );
+        fs.rmSync(earlyFiles, { recursive: true, force: true });
         fs.copyFileSync(onlyFile(path.join(rootfs, "boot"), "vmlinuz-"), image.kernel);
         fs.copyFileSync(onlyFile(path.join(rootfs, "boot"), "initrd.img-"), image.initrd);
         fs.copyFileSync(path.join(rootfs, "var/lib/dpkg/status"), image.dpkgStatus);
         await step(image.manifest + ".log", "sh", ["-c", `dpkg-query --admindir="$1/var/lib/dpkg" -W -f '\${Package} \${Version}\\n' | sort >"$2"`, "sh", rootfs, image.manifest]);
         fs.rmSync(image.manifest + ".log");
 
-        log("base image: writing the disk (mkfs.ext4 -d, qemu-img)");
+        log(`${what}: writing the disk (mkfs.ext4 -d, qemu-img)`);
         fs.writeFileSync(raw, "");
         fs.truncateSync(raw, RECIPE.diskBytes);
         const sfdisk = `label: dos\nstart=${RECIPE.partitionOffset / 512}, type=83, bootable\n`;
@@ -207,7 +251,7 @@ export async function ensureBaseImage(log: (line: string) => void, cacheDir = TW
         await step(logFile, "qemu-img", ["convert", "-f", "raw", "-O", "qcow2", raw, image.disk]);
         fs.rmSync(raw);
         fs.rmSync(layout);
-        fs.writeFileSync(path.join(staging, "inputs.json"), JSON.stringify({ key, recipe: RECIPE, packages: inputs.packages }, null, 2) + "\n");
+        fs.writeFileSync(path.join(staging, "inputs.json"), JSON.stringify({ key, recipe: RECIPE, packages: inputs.packages, hostPackages: inputs.hostPackages }, null, 2) + "\n");
         fs.renameSync(staging, dir);
     } catch (err) {
         removeUnlessMounted(staging);
@@ -216,6 +260,6 @@ export async function ensureBaseImage(log: (line: string) => void, cacheDir = TW
         if (other) return other;
         throw err;
     }
-    log(`base image: built ${dir} in ${Math.round((Date.now() - started) / 1000)} s`);
+    log(`${what}: built ${dir} in ${Math.round((Date.now() - started) / 1000)} s`);
     return imageIn(dir);
 }

@@ -225,16 +225,21 @@ export async function waitForCloudInit(stack: string, role: GuestRole, timeoutMs
     const finished = () => execInGuest(stack, role, ["test", "-e", "/var/lib/cloud/instance/boot-finished"]).then((r) => r.code === 0, () => false);
     while (!(await finished())) {
         if (Date.now() > until) throw new TwinError(`the ${role}'s first boot did not finish within ${Math.round(timeoutMs / 1000)} s (see ${consoleLog(stack, role)})`);
-        await sleep(3000);
+        await sleep(10_000);
     }
     const result = await execInGuest(stack, role, ["cloud-init", "status", "--long"]);
     const status = /^status:\s*(\S+)/m.exec(result.stdout)?.[1] ?? "unknown";
     return { status, detail: result.stdout.trim() };
 }
 
-/** `sh -c` script, the agent's user name as $1: prints its workloads' state, or nothing while its user manager is not running. */
+/**
+ * `sh -c` script, the agent's user name as $1: prints its workloads' state, or nothing while
+ * its user manager is not running. It asks the manager on its own socket, as the agent: no
+ * login session, unlike `systemctl --user --machine`, whose session, bridge unit and PAM stack
+ * per question cost the emulated guest's init a fifth of a core while the twin waited.
+ */
 export const AGENT_WORKLOADS_STATE_SCRIPT =
-    'systemctl is-active --quiet "user@$(id -u "$1").service" || exit 0; systemctl --user --machine="$1@" is-active airlock-workloads.service';
+    'uid="$(id -u "$1")"; systemctl is-active --quiet "user@$uid.service" || exit 0; XDG_RUNTIME_DIR="/run/user/$uid" exec setpriv --reuid="$uid" --regid="$(id -g "$1")" --clear-groups systemctl --user is-active airlock-workloads.service';
 
 /**
  * The agent's airlock-workloads.service as its user manager says, asked only when that
@@ -262,6 +267,6 @@ export async function waitForWorkloads(stack: string, role: GuestRole, agentUser
         if (Date.now() > until) {
             throw new NotReadyError(`the ${role}'s workloads did not start within ${Math.round(timeoutMs / 1000)} s (airlock-workloads.service: ${state ?? "unknown, the agent's user manager is not running"}; twin exec ${role} -- journalctl --user-unit airlock-workloads.service -M ${agentUser}@)`);
         }
-        await sleep(5000);
+        await sleep(15_000);
     }
 }

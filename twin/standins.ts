@@ -5,7 +5,7 @@ import { readStackFile } from "../components/config/load";
 import { BUILT_SANDBOX_SHELL_PLACEHOLDER } from "../components/workloads/compose";
 import { planStack } from "../cli/offline";
 import { collectArtifacts } from "../cli/plan";
-import { BASE_ROOT_DEVICE, ensureBaseImage } from "./base-image";
+import { BASE_ROOT_DEVICE, type BaseImage, EARLY_FILE_DIRS, ensureBaseImage, type HostPackages } from "./base-image";
 import { issueLeaf } from "./ca";
 import { CONTROL_ADDRESS, GuestRole, REGISTRY_ADDRESS, TWIN_CACHE_DIR, twinNetns } from "./contract";
 import { twinImages, twinRegistryNames } from "./images";
@@ -21,7 +21,8 @@ import { addCoordinatorAuthKey, buildTailscaleDeb, newAuthKey, startCoordinator 
  * (twin-tailscale), the registry and its images (twin-images).
  */
 export interface StandIns {
-    bootFiles: BootFiles;
+    /** Each host's image (the base with its packages installed), its kernel and initrd. */
+    bootFiles: Record<GuestRole, BootFiles>;
     /** The fingerprint of the key that signs the twin's stand-in Tailscale repository. */
     tailscaleKeyFingerprint: string;
     /** A single-use, tagged join key from the coordinator. */
@@ -43,9 +44,18 @@ export function registryNames(stackFile: string): string[] {
     return twinRegistryNames(readStackFile(stackFile));
 }
 
-export async function bootFiles(log: (line: string) => void): Promise<BootFiles> {
-    const base = await ensureBaseImage(log);
-    return { kernel: base.kernel, initrd: base.initrd, disk: base.disk, rootDevice: BASE_ROOT_DEVICE };
+const bootFilesOf = (image: BaseImage): BootFiles => ({ kernel: image.kernel, initrd: image.initrd, disk: image.disk, rootDevice: BASE_ROOT_DEVICE });
+
+/** What a host's image installs ahead of its first boot: its user_data's packages, and the files they read while they install. */
+export function hostPackages(cloudConfig: string): HostPackages {
+    const parsed = YAML.parse(cloudConfig) as { packages?: unknown[]; write_files?: { path: string; content: string; permissions?: string; encoding?: string }[] };
+    const earlyFiles: HostPackages["earlyFiles"] = {};
+    for (const file of parsed.write_files ?? []) {
+        if (!EARLY_FILE_DIRS.some((dir) => file.path.startsWith(dir))) continue;
+        if (file.encoding) throw new TwinError(`user_data's ${file.path} is ${file.encoding}-encoded; the twin's host image takes plain text only`);
+        earlyFiles[file.path] = { content: file.content, permissions: file.permissions ?? "0644" };
+    }
+    return { packages: (parsed.packages ?? []).map(String), earlyFiles };
 }
 
 const pidFileOf = (stack: string, name: string) => path.join(runDirOf(stack), `${name}.pid`);
@@ -58,14 +68,15 @@ export async function startStandIns({ stack, stackFile, log }: StandInOptions): 
     // What does not depend on deploy-time values: the packages user_data installs, the tailnet policy.
     const plan = await planStack(stackFile, path.basename(stackFile).replace(/^Pulumi\.(.*)\.yaml$/, "$1"));
     const artifacts = collectArtifacts(plan);
-    const packages = new Set<string>();
-    for (const role of ["gateway", "sandbox"]) for (const name of YAML.parse(artifacts.get(role)!["cloud-init.yaml"]).packages ?? []) packages.add(String(name));
+    const hosts = { gateway: hostPackages(artifacts.get("gateway")!["cloud-init.yaml"]), sandbox: hostPackages(artifacts.get("sandbox")!["cloud-init.yaml"]) };
+    const packages = new Set([...hosts.gateway.packages, ...hosts.sandbox.packages]);
     const policy = artifacts.get("tailnet")?.["policy.hujson"];
     if (policy === undefined) throw new TwinError("the plan renders no tailnet policy (out/<stack>/tailnet/policy.hujson)");
     fs.writeFileSync(path.join(runDir, "tailnet-policy.hujson"), policy);
 
     const deb = buildTailscaleDeb(path.join(TWIN_CACHE_DIR, "tailscale-deb"), CONTROL_ADDRESS);
     const mirror = await ensureMirror({ packages: [...packages].sort(), image: base, extraDebs: [deb], log });
+    const hostImages = { gateway: await ensureBaseImage(log, TWIN_CACHE_DIR, hosts.gateway), sandbox: await ensureBaseImage(log, TWIN_CACHE_DIR, hosts.sandbox) };
     if (!daemonRunning(stack, "mirror")) {
         const running = await startMirror({ netns: twinNetns(stack), dir: mirror.dir, logFile: path.join(runDir, "mirror.log") });
         fs.writeFileSync(pidFileOf(stack, "mirror"), `${running.pid}\n`);
@@ -83,22 +94,22 @@ export async function startStandIns({ stack, stackFile, log }: StandInOptions): 
         });
     }
     // The stack's images, built from Debian packages (cached), served by digest under the names the stack uses.
-    const images = await twinImages(plan.config, log);
+    const containerImages = await twinImages(plan.config, log);
     const storageDir = path.join(runDir, "registry");
     if (daemonRunning(stack, "registry")) {
         // A replacement after the images changed (a recipe or the stack edited): the running registry gets the new ones too.
-        const missing = images.filter((image) => !fs.existsSync(path.join(storageDir, "docker", "registry", "v2", "blobs", "sha256", image.digest.slice(7, 9), image.digest.slice(7), "data")));
+        const missing = containerImages.filter((image) => !fs.existsSync(path.join(storageDir, "docker", "registry", "v2", "blobs", "sha256", image.digest.slice(7, 9), image.digest.slice(7), "data")));
         if (missing.length > 0) await fillRegistry({ storageDir, images: missing, log, workDir: path.join(runDir, "registry-fill") });
     } else {
-        await fillRegistry({ storageDir, images, log, workDir: path.join(runDir, "registry-fill") });
+        await fillRegistry({ storageDir, images: containerImages, log, workDir: path.join(runDir, "registry-fill") });
         const tls = issueLeaf({ dnsNames: twinRegistryNames(plan.config), ips: [REGISTRY_ADDRESS], outDir: path.join(runDir, "registry-tls"), name: "registry" });
         const registry = await startRegistry({ netns: twinNetns(stack), address: REGISTRY_ADDRESS, port: 443, certFile: tls.cert, keyFile: tls.key, storageDir, logFile: path.join(runDir, "registry.log") });
         fs.writeFileSync(pidFileOf(stack, "registry"), `${registry.pid}\n`);
     }
-    const pinned = new Map(images.map((image) => [image.reference, image.pinned]));
+    const pinned = new Map(containerImages.map((image) => [image.reference, image.pinned]));
     const tags: Record<GuestRole, string> = { gateway: plan.config.tailnet.gatewayTag, sandbox: plan.config.tailnet.sandboxTag };
     return {
-        bootFiles: { kernel: base.kernel, initrd: base.initrd, disk: base.disk, rootDevice: BASE_ROOT_DEVICE },
+        bootFiles: { gateway: bootFilesOf(hostImages.gateway), sandbox: bootFilesOf(hostImages.sandbox) },
         tailscaleKeyFingerprint: mirror.fingerprint,
         joinKey: async (role) => {
             const key = newAuthKey([tags[role]]);

@@ -3,6 +3,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { GUESTS, GuestRole, HOST_ADDRESS } from "./contract";
 import {
+    type BootFiles,
     agentWorkloadsState,
     consoleLog,
     ensureVolume,
@@ -20,7 +21,7 @@ import { startBackupStandIn, stopBackupStandIn } from "./backup";
 import { publishMetadata, startMetadataService, stopMetadataService } from "./metadata";
 import { createNetwork, destroyNetwork, firewallOn, netnsExists, NotReadyError, runDirOf, setFirewall, TwinError, writeFirewall } from "./network";
 import type { ExecOptions, ExecResult } from "./qga";
-import { bootFiles, registryNames, startStandIns, StandIns, stopStandIns } from "./standins";
+import { registryNames, startStandIns, StandIns, stopStandIns } from "./standins";
 import { pinTailscaleKey, renderDeployment, TwinDeployment, twinResolverUpstreams } from "./userdata";
 
 /**
@@ -37,6 +38,8 @@ export interface GuestState {
     cloudInit?: string;
     /** When the agent's workloads ran (the guest is ready). */
     readyAt?: string;
+    /** The image its disk is an overlay of, with that image's kernel and initrd (a restart boots them again). */
+    bootFiles: BootFiles;
 }
 
 export interface TwinState {
@@ -142,8 +145,8 @@ async function boot(stack: string, state: TwinState, deployment: TwinDeployment,
         publicKeys: deployment.sshKeys,
         userData: deployment.userData[role],
     });
-    await launchGuest(stack, { role, instanceId, ...(role === "sandbox" ? { volume: { file: state.volume.file, id: state.volume.id } } : {}) }, standIns.bootFiles);
-    state.guests[role] = { instanceId, launchedAt: new Date().toISOString() };
+    await launchGuest(stack, { role, instanceId, ...(role === "sandbox" ? { volume: { file: state.volume.file, id: state.volume.id } } : {}) }, standIns.bootFiles[role]);
+    state.guests[role] = { instanceId, launchedAt: new Date().toISOString(), bootFiles: standIns.bootFiles[role] };
     writeState(state);
     log(`${role}: booting (instance ${instanceId}, console ${consoleLog(stack, role)})`);
 }
@@ -300,7 +303,7 @@ export async function start(stack: string, role: GuestRole): Promise<void> {
     const state = requireState(stack);
     const guest = state.guests[role];
     if (!guest) throw new TwinError(`the twin of ${stack} has no ${role}`);
-    await restartGuest(stack, { role, instanceId: guest.instanceId, ...(role === "sandbox" ? { volume: { file: state.volume.file, id: state.volume.id } } : {}) }, await bootFiles(() => undefined));
+    await restartGuest(stack, { role, instanceId: guest.instanceId, ...(role === "sandbox" ? { volume: { file: state.volume.file, id: state.volume.id } } : {}) }, guest.bootFiles);
     await waitForAgent(stack, role, BOOT_TIMEOUT_MS);
 }
 
