@@ -195,6 +195,8 @@ export const GATEWAY_AGENT_PATHS = {
 
 /** The agent's own ssh key (generated on the gateway by airlock-gateway-agent-key). */
 export const agentSshKey = (cfg: StackConfig) => `/home/${cfg.agent.user}/.ssh/id_ed25519`;
+/** Where the runtime finds the pinned ssh config in its container: the system-wide file. */
+export const RUNTIME_SSH_CONFIG = "/etc/ssh/ssh_config";
 /** Where the runtime finds that key in its container (Hermes's terminal.ssh_key). */
 export const RUNTIME_SSH_KEY = "/etc/airlock/agent/id_ed25519";
 /**
@@ -255,7 +257,12 @@ function agentServices(cfg: StackConfig, images: ResolvedImages): { services: Re
             readOnly(p.hermesConfig, HERMES_RUNTIME.managedConfig),
             readOnly(p.hermesEnv, HERMES_RUNTIME.managedEnv),
             readOnly(p.hermesPreflight),
-            readOnly(p.sshConfig),
+            // As the container's system ssh_config, not in its ssh_config.d: ssh refuses an
+            // Include'd file not owned by root or the user, and under the agent's rootless
+            // Docker a file of the host's root is owned by nobody in here (seen in the twin:
+            // "Bad owner or permissions", and the runtime never started). The top file is read
+            // without that check.
+            readOnly(p.sshConfig, RUNTIME_SSH_CONFIG),
             readOnly(p.knownHosts),
             readOnly(p.runtimeSshKey, RUNTIME_SSH_KEY),
             // Per-task GitHub tokens from the root-side minter; the App key stays outside.
