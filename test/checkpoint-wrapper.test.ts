@@ -125,9 +125,17 @@ describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "sys
         expect(calls()).toEqual([`create shared --label-b64 ${b64("ls")} --auto`]);
     });
 
-    it("Hermes's copy of .hermes back from the sandbox is answered with an empty archive; nothing runs in the container", async () => {
+    // The home is what the sandbox answered to Hermes's `echo $HOME`, quoted by shlex (red team 6:
+    // a planted answer with a space got past a narrower match, and its archive onto the gateway).
+    it.each([
+        ["the wrapper's own home", "tar cf - -C / tmp/airlock-home.Ab12Cd/.hermes"],
+        ["a home with a space, quoted", "tar cf - -C / 'tmp/x y/.hermes'"],
+        ["a home with a quote in it", `tar cf - -C / 'tmp/x'"'"'y/.hermes'`],
+        ["a home with a plus and a colon", "tar cf - -C / 'tmp/a+b:c/.hermes'"],
+        ["an empty home", "tar cf - -C / .hermes"],
+    ])("Hermes's copy of .hermes back from the sandbox (%s) is answered with an empty archive; nothing runs in the container", async (_, command) => {
         const { invoke, dockerArgs, record } = await installWrapper();
-        const answered = invoke("tar cf - -C / tmp/airlock-home.Ab12Cd/.hermes");
+        const answered = invoke(command);
         expect(answered.status).toBe(0);
         expect(answered.stdout).toBe("\0".repeat(10240));
         expect(dockerArgs()).toBeUndefined();

@@ -32,10 +32,12 @@ hermes_command() {
 }
 
 # hermes_sync_back TEXT: true when TEXT is Hermes's download of its .hermes directory
-# (ssh.py, _ssh_bulk_download: tar cf - -C / <home>/.hermes), which it unpacks into the
-# runtime's own skills and caches on the gateway (file_sync.py, sync_back). The sandbox
-# is hostile: the wrapper answers with an empty archive, so nothing it wrote there
-# reaches the gateway, and Hermes finds nothing changed.
+# (ssh.py, _ssh_bulk_download: tar cf - -C / <home>/.hermes, the home quoted by shlex),
+# which it unpacks into the runtime's own skills and caches on the gateway (file_sync.py,
+# sync_back). The sandbox is hostile: the wrapper answers with an empty archive, so
+# nothing it wrote there reaches the gateway, and Hermes finds nothing changed. The home
+# is whatever the sandbox answered to Hermes's `echo $HOME` (a planted mktemp or bash
+# can answer anything): any quoting of any path ending in .hermes is the download.
 hermes_sync_back() {
-	[[ "$1" =~ ^tar\ cf\ -\ -C\ /\ [A-Za-z0-9._/-]+/\.hermes$ ]]
+	[[ "$1" =~ ^tar\ cf\ -\ -C\ /\ .*\.hermes\'?$ ]]
 }
