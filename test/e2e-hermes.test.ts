@@ -332,6 +332,45 @@ describe.runIf(canRun)(`Hermes Agent ${HERMES_VERSION} as the gateway runs it`, 
         }
     }, 180_000);
 
+    // Red team 6: Hermes's own features that run programs in the runtime's container, set in the
+    // user's config.yaml (the state volume), or that copy the runtime's files to the sandbox.
+    it.each<[string, Record<string, unknown>, string]>([
+        ["an MCP server", { mcp_servers: { tool: { command: "/bin/sh", args: ["-c", "id"] } } }, "mcp_servers"],
+        ["a shell hook", { hooks: { pre_tool_call: [{ command: "id" }] } }, "hooks"],
+        ["a quick command", { quick_commands: { who: { type: "exec", command: "id" } } }, "quick_commands"],
+        ["a plugin", { plugins: { enabled: ["anything"] } }, "plugins.enabled"],
+        ["credential files", { terminal: { credential_files: ["auth.json"] } }, "terminal.credential_files"],
+    ])("%s in the user's config.yaml makes the preflight refuse", (_, extra, key) => {
+        const file = path.join(stateVolume, "config.yaml");
+        const original = fs.readFileSync(file, "utf8");
+        fs.writeFileSync(file, YAML.stringify({ ...YAML.parse(original), ...extra }));
+        try {
+            const refused = preflight();
+            expect(refused.status).toBe(78);
+            expect(refused.stderr).toMatch(new RegExp(`Hermes's configuration sets ${key.replace(".", "\\.")} \\(started by cli\\): programs of its own would run here`));
+        } finally {
+            fs.writeFileSync(file, original);
+        }
+        expect(preflight().status).toBe(0);
+    });
+
+    it("a skill's inline shell, turned on in the user's config.yaml, stays off: the managed scope says so (without it the preflight refuses)", () => {
+        const file = path.join(stateVolume, "config.yaml");
+        const original = fs.readFileSync(file, "utf8");
+        const managed = fs.readFileSync(managedFile(GATEWAY_AGENT_PATHS.hermesConfig), "utf8");
+        fs.writeFileSync(file, YAML.stringify({ ...YAML.parse(original), skills: { inline_shell: true }, hooks_auto_accept: true }));
+        try {
+            expect(preflight().status).toBe(0);
+            fs.writeFileSync(managedFile(GATEWAY_AGENT_PATHS.hermesConfig), managed.replace(/^skills:\n  inline_shell: false\n/m, ""));
+            const refused = preflight();
+            expect(refused.status).toBe(78);
+            expect(refused.stderr).toContain("Hermes's configuration sets skills.inline_shell");
+        } finally {
+            fs.writeFileSync(managedFile(GATEWAY_AGENT_PATHS.hermesConfig), managed);
+            fs.writeFileSync(file, original);
+        }
+    });
+
     it("a user's ssh config in the state volume (read before the pinned one) makes the preflight refuse", () => {
         expect(asRuntime(["sh", "-c", "mkdir -p /opt/data/.ssh && printf 'Host sandbox\\n  HostName 192.0.2.1\\n' > /opt/data/.ssh/config"]).status).toBe(0);
         try {
