@@ -25,36 +25,48 @@ if (wanted && !isRoot()) console.warn("SKIPPED twin base image build: needs root
 const canBuild =
     wanted && isRoot() && toolsAvailable("twin base image", ["mmdebstrap", "mkfs.ext4", "sfdisk", "qemu-img", "debugfs", "openssl", "gpg", "dpkg-query"]);
 
-describe.runIf(canBuild)("the twin's base image, built with mmdebstrap", () => {
-    let image: BaseImage;
-    let raw = "";
-    const partition = () => `${raw}?offset=${1024 ** 2}`;
-    const cat = (file: string) => run("debugfs", ["-R", `cat ${file}`, partition()], { maxBuffer: 64 * 1024 ** 2 }).stdout;
-    /** Names in a directory (debugfs's parseable listing: /inode/mode/uid/gid/name/size/). */
-    const ls = (dir: string) =>
-        run("debugfs", ["-R", `ls -p ${dir}`, partition()])
-            .stdout.split("\n")
-            .map((line) => line.split("/")[5])
-            .filter((name) => name !== undefined && name !== "." && name !== "..");
-
+/**
+ * An image's disk, read without mounting it: converted to raw once (in beforeAll), then
+ * debugfs on its partition's offset. `raw` is set when the image is.
+ */
+function imageReader(imageOf: () => Promise<BaseImage>) {
+    const reader = { image: undefined as unknown as BaseImage, raw: "" };
+    const partition = () => `${reader.raw}?offset=${1024 ** 2}`;
     beforeAll(async () => {
-        const started = Date.now();
-        const lines: string[] = [];
-        image = await ensureBaseImage((line) => lines.push(line));
-        // The figure this test records: cold when the inputs changed, cached otherwise.
-        console.log(`twin base image: ${lines.at(-1)} (ensureBaseImage took ${((Date.now() - started) / 1000).toFixed(1)} s)`);
-        raw = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "airlock-twin-image-")), "disk.raw");
-        const converted = run("qemu-img", ["convert", "-O", "raw", image.disk, raw], { timeout: 300_000 });
+        reader.image = await imageOf();
+        reader.raw = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "airlock-twin-image-")), "disk.raw");
+        const converted = run("qemu-img", ["convert", "-O", "raw", reader.image.disk, reader.raw], { timeout: 300_000 });
         if (converted.status !== 0) throw new Error(converted.stderr);
     }, 1_200_000);
-
     afterAll(() => {
-        if (raw) fs.rmSync(path.dirname(raw), { recursive: true, force: true });
+        if (reader.raw) fs.rmSync(path.dirname(reader.raw), { recursive: true, force: true });
+    });
+    return {
+        reader,
+        partition,
+        cat: (file: string) => run("debugfs", ["-R", `cat ${file}`, partition()], { maxBuffer: 64 * 1024 ** 2 }).stdout,
+        /** Names in a directory (debugfs's parseable listing: /inode/mode/uid/gid/name/size/). */
+        ls: (dir: string) =>
+            run("debugfs", ["-R", `ls -p ${dir}`, partition()])
+                .stdout.split("\n")
+                .map((line) => line.split("/")[5])
+                .filter((name) => name !== undefined && name !== "." && name !== ".."),
+    };
+}
+
+describe.runIf(canBuild)("the twin's base image, built with mmdebstrap", () => {
+    const { reader, partition, cat, ls } = imageReader(async () => {
+        const started = Date.now();
+        const lines: string[] = [];
+        const built = await ensureBaseImage((line) => lines.push(line));
+        // The figure this test records: cold when the inputs changed, cached otherwise.
+        console.log(`twin base image: ${lines.at(-1)} (ensureBaseImage took ${((Date.now() - started) / 1000).toFixed(1)} s)`);
+        return built;
     });
 
     it("is a qcow2 disk with one partition holding ext4, labelled as its fstab names it, and the kernel and initrd beside it", () => {
-        expect(JSON.parse(run("qemu-img", ["info", "--output=json", image.disk]).stdout).format).toBe("qcow2");
-        const table = run("sfdisk", ["--json", raw]);
+        expect(JSON.parse(run("qemu-img", ["info", "--output=json", reader.image.disk]).stdout).format).toBe("qcow2");
+        const table = run("sfdisk", ["--json", reader.raw]);
         const partitions = JSON.parse(table.stdout).partitiontable.partitions;
         expect(partitions).toHaveLength(1);
         expect(partitions[0].start * 512).toBe(1024 ** 2);
@@ -62,20 +74,20 @@ describe.runIf(canBuild)("the twin's base image, built with mmdebstrap", () => {
         const superblock = run("dumpe2fs", ["-h", partition()]).stdout;
         expect(superblock).toMatch(/Filesystem volume name:\s+twin-root/);
         expect(cat("/etc/fstab")).toMatch(/^LABEL=twin-root \/ ext4 /m);
-        expect(fs.statSync(image.kernel).size).toBeGreaterThan(1024 ** 2);
-        expect(fs.statSync(image.initrd).size).toBeGreaterThan(1024 ** 2);
+        expect(fs.statSync(reader.image.kernel).size).toBeGreaterThan(1024 ** 2);
+        expect(fs.statSync(reader.image.initrd).size).toBeGreaterThan(1024 ** 2);
     });
 
     it("has every package of its list installed, and the manifest says so", () => {
-        const manifest = fs.readFileSync(image.manifest, "utf8");
+        const manifest = fs.readFileSync(reader.image.manifest, "utf8");
         for (const name of readPackageList(BASE_PACKAGES_FILE)) expect(manifest).toMatch(new RegExp(`^${name} \\S+$`, "m"));
-        expect(fs.readFileSync(image.dpkgStatus, "utf8")).toMatch(/^Package: cloud-init$/m);
+        expect(fs.readFileSync(reader.image.dpkgStatus, "utf8")).toMatch(/^Package: cloud-init$/m);
     });
 
     it("trusts the twin CA and the twin's archive key, and asks Debian's real hosts for packages", () => {
         const bundle = cat("/etc/ssl/certs/ca-certificates.crt");
         expect(bundle).toContain(fs.readFileSync(ensureCa().cert, "utf8").trim());
-        const key = path.join(path.dirname(raw), "airlock-twin.gpg");
+        const key = path.join(path.dirname(reader.raw), "airlock-twin.gpg");
         fs.writeFileSync(key, spawnSync("debugfs", ["-R", "cat /etc/apt/trusted.gpg.d/airlock-twin.gpg", partition()]).stdout);
         expect(keyFileFingerprint(key)).toBe(ensureArchiveKey().fingerprint);
         expect(cat("/etc/apt/sources.list")).toContain("deb http://deb.debian.org/debian bookworm main\n");
@@ -101,33 +113,18 @@ describe.runIf(canBuild)("the twin's base image, built with mmdebstrap", () => {
 });
 
 describe.runIf(canBuild)("a host's image: the base image with its user_data's packages installed", () => {
-    let image: BaseImage;
-    let raw = "";
     let host: HostPackages;
-    const partition = () => `${raw}?offset=${1024 ** 2}`;
-    const ls = (dir: string) =>
-        run("debugfs", ["-R", `ls -p ${dir}`, partition()])
-            .stdout.split("\n")
-            .map((line) => line.split("/")[5])
-            .filter((name) => name !== undefined && name !== "." && name !== "..");
-
-    beforeAll(async () => {
+    const { reader, partition, ls } = imageReader(async () => {
         // The gateway's: it names the most packages, PostgreSQL among them, whose cluster creation reads a file of user_data.
         host = hostPackages(collectArtifacts(await planStack(path.join(STACKS_DIR, "Pulumi.dev.yaml"), "dev")).get("gateway")!["cloud-init.yaml"]);
         const lines: string[] = [];
-        image = await ensureBaseImage((line) => lines.push(line), undefined, host);
+        const built = await ensureBaseImage((line) => lines.push(line), undefined, host);
         console.log(`twin host image (gateway): ${lines.at(-1)}`);
-        raw = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "airlock-twin-host-image-")), "disk.raw");
-        const converted = run("qemu-img", ["convert", "-O", "raw", image.disk, raw], { timeout: 300_000 });
-        if (converted.status !== 0) throw new Error(converted.stderr);
-    }, 1_200_000);
-
-    afterAll(() => {
-        if (raw) fs.rmSync(path.dirname(raw), { recursive: true, force: true });
+        return built;
     });
 
     it("has the base's packages and every package the host's user_data names", () => {
-        const manifest = fs.readFileSync(image.manifest, "utf8");
+        const manifest = fs.readFileSync(reader.image.manifest, "utf8");
         for (const name of [...readPackageList(BASE_PACKAGES_FILE), ...host.packages]) expect(manifest, name).toMatch(new RegExp(`^${name} \\S+$`, "m"));
     });
 
@@ -136,7 +133,7 @@ describe.runIf(canBuild)("a host's image: the base image with its user_data's pa
         // postgresql-common creates a cluster "main" unless createcluster.conf says not to.
         expect(ls("/etc/postgresql")).toEqual([]);
         // docker.io recommends git; with recommendations it would be here.
-        expect(fs.readFileSync(image.manifest, "utf8")).not.toMatch(/^git /m);
+        expect(fs.readFileSync(reader.image.manifest, "utf8")).not.toMatch(/^git /m);
         for (const file of Object.keys(host.earlyFiles)) expect(ls(path.dirname(file)), file).not.toContain(path.basename(file));
     });
 
