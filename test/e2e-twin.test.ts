@@ -406,6 +406,14 @@ describe.runIf(canRun)("the twin", () => {
         const pinned = asRoot("gateway", "cat /etc/airlock/known_hosts").stdout.trim().split(/\s+/).slice(1, 3).join(" ");
         const served = asRoot("sandbox", "cat /etc/ssh/ssh_host_ed25519_key.pub").stdout.trim().split(/\s+/).slice(0, 2).join(" ");
         expect(served).toBe(pinned);
+        // The operator's step after a replacement (README, the command record): the gateway's pull
+        // names the new server's chain and takes it only on the operator's word.
+        const refused = asRoot("gateway", "systemctl start airlock-audit-pull.service; journalctl -u airlock-audit-pull.service -n 50 --no-pager", 5 * MINUTE);
+        const chain = /accept-chain ([0-9a-f]{32})/.exec(refused.stdout)?.[1];
+        expect(chain, refused.stdout).toBeDefined();
+        expect(asRoot("gateway", `/usr/local/sbin/airlock-audit accept-chain ${chain}`).code).toBe(0);
+        const pulled = asRoot("gateway", "systemctl start airlock-audit-pull.service; systemctl is-failed airlock-audit-pull.service", 5 * MINUTE);
+        expect(pulled.stdout.trim(), pulled.stderr).toBe("inactive");
     }, 35 * MINUTE);
 
     it("boot order: the sandbox rebooted while the gateway is down runs nothing of the agent without its egress rules, and converges when the gateway comes up", async () => {
