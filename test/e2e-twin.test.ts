@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { StackConfig } from "../components/config/schema";
 import { DNS_CAPTURE_LOG } from "../components/render/hosts";
-import { RESOLVER_WORK_DIR } from "../components/workloads/compose";
+import { RESOLVER_WORK_DIR, RUNTIME_SSH_KEY } from "../components/workloads/compose";
 import { planStack } from "../cli/offline";
 import { collectArtifacts } from "../cli/plan";
 import { GUESTS, HOST_ADDRESS, twinNetns } from "../twin/contract";
@@ -279,6 +279,14 @@ describe.runIf(canRun)("the twin", () => {
         const ran = asRoot("gateway", `${docker} exec --user hermes airlock-agent python3 -c ${shq(drive)}`, 10 * MINUTE);
         expect(ran.code, ran.stderr).toBe(0);
         const result = JSON.parse(ran.stdout.trim().split("\n").at(-1)!);
+        // What explains a terminal that does not reach the sandbox: the name and the connection, from the runtime's container, as its user.
+        const reach = () =>
+            asRoot(
+                "gateway",
+                `${docker} exec --user hermes airlock-agent sh -c ${shq(`getent hosts ${cfg.hostnames.sandbox}; cat /etc/resolv.conf; ssh -v -o ConnectTimeout=20 -i ${RUNTIME_SSH_KEY} ${cfg.agent.user}@sandbox true 2>&1 | tail -25`)}`,
+                5 * MINUTE,
+            ).stdout + ran.stderr.slice(-3000);
+        if (result.exit_code !== 0) expect(result, reach()).toMatchObject({ exit_code: 0 });
         expect(result).toMatchObject({ exit_code: 0, output: `${marker}\n/workspace` });
         // In the sandbox's shell, not in the runtime's container.
         expect(asRoot("sandbox", `${docker} exec agent-sandbox-shell cat /workspace/${marker}.txt`).stdout.trim()).toBe(marker);
