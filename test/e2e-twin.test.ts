@@ -105,9 +105,10 @@ describe.runIf(canRun)("the twin", () => {
         stacksDir = tempDir("twin-stacks");
         stackFile = editedStack("dev", (config) => {
             config["airlock:workloads"].registry = "ghcr.io/example-co/airlock";
-            // No browser: its image (244 MB) took the emulated sandbox longer to unpack than the rest
-            // of its first boot, twice (first boot, replacement), and no test here drives it; its
-            // service runs for real in e2e-docker (its own network, hardened) and rootless publishing in e2e-rootless-publish.
+            // No browser: its image (244 MB) would be most of what the sandbox pulls, twice (first
+            // boot, replacement), and unpacking is the slowest thing an emulated guest does (the 81 MB
+            // shell took over four minutes); no test here drives it. Its service runs for real in
+            // e2e-docker (its own network, hardened) and rootless publishing in e2e-rootless-publish.
             config["airlock:workloads"].browser = { enabled: false };
         }, stacksDir);
         fs.renameSync(stackFile, path.join(stacksDir, `Pulumi.${STACK}.yaml`));

@@ -125,7 +125,7 @@ describe.runIf(canUseTools)("the base image's cache key", () => {
 
 describe.runIf(toolsAvailable("twin scripts", ["shellcheck", "pyflakes3"]))("the twin's own scripts", () => {
     it("the image's hooks pass shellcheck, the mirror's server pyflakes", () => {
-        const hook = run("shellcheck", ["customize", "role-packages"].map((hook) => path.join(__dirname, "..", "twin", "base-image", hook)));
+        const hook = run("shellcheck", ["customize", "host-packages"].map((hook) => path.join(__dirname, "..", "twin", "base-image", hook)));
         expect(hook.stdout + hook.stderr).toBe("");
         expect(hook.status).toBe(0);
         const server = run("pyflakes3", [path.join(__dirname, "..", "twin", "mirror", "serve.py")]);

@@ -22,7 +22,7 @@ import { TWIN_SOURCES } from "./sources";
 const SOURCES = path.join(TWIN_SOURCES, "base-image");
 export const BASE_PACKAGES_FILE = path.join(SOURCES, "packages");
 const CUSTOMIZE_HOOK = path.join(SOURCES, "customize");
-const HOST_PACKAGES_HOOK = path.join(SOURCES, "role-packages");
+const HOST_PACKAGES_HOOK = path.join(SOURCES, "host-packages");
 const FILES = path.join(SOURCES, "files");
 
 /** How the image is made, beyond its source files: a change here is a new image too. */
@@ -63,7 +63,7 @@ export interface BaseImage {
 
 /**
  * A host's image: the base image with the packages the host's user_data names
- * already installed (base-image/role-packages), the twin's one departure from a
+ * already installed (base-image/host-packages), the twin's one departure from a
  * fresh server for time: under emulation their installation took 14 of the
  * gateway's 26 minutes of first boot, and a replaced sandbox paid it again.
  * cloud-init's packages module still runs at boot (update, upgrade, install),
@@ -113,7 +113,7 @@ export function baseImageInputs(options: { packagesFile?: string; caCert: string
     };
     for (const rel of listFiles(FILES).sort()) files[`files/${rel}`] = fs.readFileSync(path.join(FILES, rel), "utf8");
     if (options.host) {
-        files["role-packages"] = fs.readFileSync(HOST_PACKAGES_HOOK, "utf8");
+        files["host-packages"] = fs.readFileSync(HOST_PACKAGES_HOOK, "utf8");
         for (const [file, early] of Object.entries(options.host.earlyFiles)) files[`early${file}`] = `${early.permissions}\n${early.content}`;
     }
     return { packages: readPackageList(packagesFile), hostPackages: [...(options.host?.packages ?? [])].sort(), files };
@@ -121,7 +121,8 @@ export function baseImageInputs(options: { packagesFile?: string; caCert: string
 
 /** The cache key: changes with the package list, the hook, the files, the CA, the archive key and the recipe. */
 export function baseImageKey(inputs: BaseImageInputs): string {
-    const recipe = inputs.hostPackages.length > 0 ? { recipe: RECIPE, packages: inputs.packages, hostPackages: inputs.hostPackages } : { recipe: RECIPE, packages: inputs.packages };
+    // The base image's key is what it was before host images: they add their packages only.
+    const recipe = { recipe: RECIPE, packages: inputs.packages, ...(inputs.hostPackages.length > 0 ? { hostPackages: inputs.hostPackages } : {}) };
     const hash = crypto.createHash("sha256").update(JSON.stringify(recipe));
     for (const name of Object.keys(inputs.files).sort()) hash.update(`\0${name}\0${inputs.files[name]}`);
     return hash.digest("hex").slice(0, 16);
@@ -227,7 +228,7 @@ export async function ensureBaseImage(log: (line: string) => void, cacheDir = TW
                 AIRLOCK_TWIN_FILES: FILES,
                 AIRLOCK_TWIN_CA_CERT: ca.cert,
                 AIRLOCK_TWIN_ARCHIVE_KEY: archiveKey.publicKey,
-                AIRLOCK_TWIN_ROLE_PACKAGES: inputs.hostPackages.join(" "),
+                AIRLOCK_TWIN_HOST_PACKAGES: inputs.hostPackages.join(" "),
                 AIRLOCK_TWIN_EARLY_FILES: earlyFiles,
             },
         );

@@ -181,6 +181,8 @@ const bootCheck = (cfg: StackConfig, requiredUnits: string[]) =>
     script("/usr/local/sbin/airlock-boot-check", "scripts/boot-check", { requiredUnits: requiredUnits.join(" "), agentUser: cfg.agent.user });
 
 const COMPOSE_CHECK = "/usr/local/sbin/airlock-compose-check";
+/** docker-compose on the host's project, as airlock-workloads.service runs it (the agent's Docker from its environment). */
+const COMPOSE_COMMAND = ["/usr/bin/docker-compose", "--project-name", "airlock", "--file", "/etc/airlock/compose.yml"];
 const renderCompose = `${RENDER} --mode 0644 ${COMPOSE_TEMPLATE_PATH} /etc/airlock/compose.yml ${COMPOSE_CHECK}`;
 const EGRESS_UNIT = "airlock-egress.service";
 
@@ -273,7 +275,7 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
         `/usr/bin/install -D -m 0600 /etc/airlock/adguard/AdGuardHome.yaml ${adguard}/conf/AdGuardHome.yaml`,
         // The resolver first, on its own: compose pulls every image before it starts any
         // container, so the sandbox's DNS would wait for (or die with) the runtime's image.
-        `/usr/bin/docker-compose --project-name airlock --file /etc/airlock/compose.yml up --detach --no-deps ${RESOLVER_SERVICE}`,
+        [...COMPOSE_COMMAND, "up", "--detach", "--no-deps", RESOLVER_SERVICE].join(" "),
     ];
     // The resolver's and the runtime's filesystems and secrets exist before the compose file is checked and started.
     const runtimeUnits = ["airlock-resolver-state.service", ...agentUnits(cfg), ...(cfg.gateway.github ? ["airlock-github-token.socket", "airlock-github-token-revoke.timer"] : [])];
@@ -394,7 +396,7 @@ function agentRuntimeFiles(cfg: StackConfig): HostFile[] {
     // Recreates only the runtime's container, as the agent, so it reads the new env file.
     const restart = [
         "/usr/sbin/runuser", "-u", user, "--", "/usr/bin/env", `HOME=/home/${user}`, `XDG_RUNTIME_DIR=${runtimeDir}`, `DOCKER_HOST=unix://${runtimeDir}/docker.sock`,
-        "/usr/bin/docker-compose", "--project-name", "airlock", "--file", "/etc/airlock/compose.yml", "up", "--detach", "--no-deps", "--force-recreate", AGENT_SERVICE,
+        ...COMPOSE_COMMAND, "up", "--detach", "--no-deps", "--force-recreate", AGENT_SERVICE,
     ];
     const volumes = [AGENT_STATE_VOLUME, ...(runtime.memoryDb.enabled ? [AGENT_MEMORY_VOLUME] : [])];
     const terminal = { sshHost: SANDBOX_SSH_ALIAS, agentUser: user, sshKey: RUNTIME_SSH_KEY, timeout: String(RUNTIME_COMMAND_TIMEOUT_SECONDS) };

@@ -28,9 +28,9 @@ export { BUILT_SANDBOX_SHELL_PLACEHOLDER } from "../../policies/contract";
 /** Capabilities a root-started image needs to drop to its own user (chown, gosu); the gate's allowed set. */
 const STARTUP_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID"];
 
-/** Where the agent's AdGuard Home keeps its live config and query log on the gateway. */
 /** The gateway's resolver in its compose file (started ahead of the rest). */
 export const RESOLVER_SERVICE = "adguard";
+/** Where the agent's AdGuard Home keeps its live config and query log on the gateway. */
 export const adguardDataDir = (cfg: StackConfig) => `/home/${cfg.agent.user}/.local/share/airlock/adguard`;
 /** AdGuard Home's work directory, on the resolver's fixed-size filesystem (airlock-resolver-state, /var/lib/airlock/resolver). */
 export const RESOLVER_WORK_DIR = "/var/lib/airlock/resolver/work";
