@@ -92,6 +92,17 @@ describe.runIf(canRun)(`Hermes Agent ${HERMES_VERSION} as the gateway runs it`, 
         fs.writeFileSync(path.join(stateVolume, ".env"), "TERMINAL_ENV=local\nHERMES_MANAGED_DIR=/opt/data\nPATH=/opt/data/.local/bin:/usr/bin:/bin\n");
     };
     const preflight = () => asRuntime([GATEWAY_AGENT_PATHS.hermesPreflight, "--check"]);
+    /** Runs `body` with `extra` merged into the user's config.yaml in the state volume, then puts the file back. */
+    const withUserConfig = (extra: Record<string, unknown>, body: () => void) => {
+        const file = path.join(stateVolume, "config.yaml");
+        const original = fs.readFileSync(file, "utf8");
+        fs.writeFileSync(file, YAML.stringify({ ...YAML.parse(original), ...extra }));
+        try {
+            body();
+        } finally {
+            fs.writeFileSync(file, original);
+        }
+    };
 
     beforeAll(async () => {
         net = createTestNet("her");
@@ -340,35 +351,50 @@ describe.runIf(canRun)(`Hermes Agent ${HERMES_VERSION} as the gateway runs it`, 
         ["a quick command", { quick_commands: { who: { type: "exec", command: "id" } } }, "quick_commands"],
         ["a plugin", { plugins: { enabled: ["anything"] } }, "plugins.enabled"],
         ["credential files", { terminal: { credential_files: ["auth.json"] } }, "terminal.credential_files"],
+        // Red team 7: the messaging gateway reads its quick commands from its own section too.
+        ["a quick command in the gateway section", { gateway: { quick_commands: { who: { type: "exec", command: "id" } } } }, "gateway quick_commands"],
     ])("%s in the user's config.yaml makes the preflight refuse", (_, extra, key) => {
-        const file = path.join(stateVolume, "config.yaml");
-        const original = fs.readFileSync(file, "utf8");
-        fs.writeFileSync(file, YAML.stringify({ ...YAML.parse(original), ...extra }));
-        try {
+        withUserConfig(extra, () => {
             const refused = preflight();
             expect(refused.status).toBe(78);
             expect(refused.stderr).toMatch(new RegExp(`Hermes's configuration sets ${key.replace(".", "\\.")} \\(started by cli\\): programs of its own would run here`));
+        });
+        expect(preflight().status).toBe(0);
+    });
+
+    // Red team 7: what Hermes loads from its home whatever config.yaml says.
+    it.each<[string, Record<string, string>, string]>([
+        ["an event hook", { "hooks/y/HOOK.yaml": "name: y\nevents: [agent:start]\n", "hooks/y/handler.py": "def handle(*a): pass\n" }, "hooks/y/handler.py"],
+        ["a model-provider plugin", { "plugins/model-providers/x/__init__.py": "\n" }, "plugins/model-providers/x/__init__.py"],
+        ["the gateway's own quick commands file", { "gateway.json": JSON.stringify({ quick_commands: { who: { type: "exec", command: "id" } } }) }, ""],
+    ])("%s in the state volume makes the preflight refuse", (_, files, named) => {
+        for (const [rel, content] of Object.entries(files)) {
+            fs.mkdirSync(path.dirname(path.join(stateVolume, rel)), { recursive: true });
+            fs.writeFileSync(path.join(stateVolume, rel), content);
+        }
+        try {
+            const refused = preflight();
+            expect(refused.status).toBe(78);
+            expect(refused.stderr).toContain(named ? `Hermes's home holds ${named} (started by cli)` : "Hermes's configuration sets gateway quick_commands");
         } finally {
-            fs.writeFileSync(file, original);
+            for (const rel of Object.keys(files)) fs.rmSync(path.join(stateVolume, rel.split("/")[0]), { recursive: true, force: true });
         }
         expect(preflight().status).toBe(0);
     });
 
     it("a skill's inline shell, turned on in the user's config.yaml, stays off: the managed scope says so (without it the preflight refuses)", () => {
-        const file = path.join(stateVolume, "config.yaml");
-        const original = fs.readFileSync(file, "utf8");
         const managed = fs.readFileSync(managedFile(GATEWAY_AGENT_PATHS.hermesConfig), "utf8");
-        fs.writeFileSync(file, YAML.stringify({ ...YAML.parse(original), skills: { inline_shell: true }, hooks_auto_accept: true }));
-        try {
+        withUserConfig({ skills: { inline_shell: true }, hooks_auto_accept: true }, () => {
             expect(preflight().status).toBe(0);
             fs.writeFileSync(managedFile(GATEWAY_AGENT_PATHS.hermesConfig), managed.replace(/^skills:\n  inline_shell: false\n/m, ""));
-            const refused = preflight();
-            expect(refused.status).toBe(78);
-            expect(refused.stderr).toContain("Hermes's configuration sets skills.inline_shell");
-        } finally {
-            fs.writeFileSync(managedFile(GATEWAY_AGENT_PATHS.hermesConfig), managed);
-            fs.writeFileSync(file, original);
-        }
+            try {
+                const refused = preflight();
+                expect(refused.status).toBe(78);
+                expect(refused.stderr).toContain("Hermes's configuration sets skills.inline_shell");
+            } finally {
+                fs.writeFileSync(managedFile(GATEWAY_AGENT_PATHS.hermesConfig), managed);
+            }
+        });
     });
 
     it("a user's ssh config in the state volume (read before the pinned one) makes the preflight refuse", () => {
