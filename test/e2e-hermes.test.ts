@@ -13,7 +13,7 @@ import { readmeSample } from "./helpers/readme";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
 import { enforceEgress, installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
 import { editedStack, REPO, renderedFile, renderHosts, tempDir } from "./helpers/stacks";
-import { installFiles, isRoot, run, toolsAvailable } from "./helpers/tools";
+import { installFiles, isRoot, run, TEST_TAILNET_DOMAIN, toolsAvailable, withTailnetValues } from "./helpers/tools";
 
 /**
  * The agent runtime the product ships, end to end: the pinned Hermes Agent (the twin's
@@ -178,23 +178,28 @@ describe.runIf(canRun)(`Hermes Agent ${HERMES_VERSION} as the gateway runs it`, 
         await waitForPort(net.client, GATEWAY_TAILNET, MODEL_PORT);
 
         // The agent's Docker in the gateway's namespace; its containers reach the sandbox through it.
-        // Its name service answers every lookup at once, with a refusal: nothing here reaches the
-        // internet, and a resolver out of reach would make each lookup Hermes tries at start wait
-        // for Docker's 10 s timeout.
-        resolver = spawnInNamespace(net.client, `exec dnsmasq --keep-in-foreground --no-resolv --no-hosts --bind-interfaces --listen-address=${GATEWAY_TAILNET} --port=53`, path.join(work, "dnsmasq.log"));
+        // Its name service, as MagicDNS is to the gateway: the sandbox's name in the tailnet's domain
+        // only (the short name the ssh config gives works through the compose file's search domain),
+        // every other lookup refused at once: nothing here reaches the internet, and a resolver out of
+        // reach would make each lookup Hermes tries at start wait for Docker's 10 s timeout.
+        resolver = spawnInNamespace(
+            net.client,
+            `exec dnsmasq --keep-in-foreground --no-resolv --no-hosts --bind-interfaces --listen-address=${GATEWAY_TAILNET} --port=53 --host-record=${cfg.hostnames.sandbox}.${TEST_TAILNET_DOMAIN},${SANDBOX_TAILNET}`,
+            path.join(work, "dnsmasq.log"),
+        );
         fs.mkdirSync(`/etc/netns/${net.client}`, { recursive: true });
         fs.writeFileSync(`/etc/netns/${net.client}/resolv.conf`, `nameserver ${GATEWAY_TAILNET}\n`);
         dockerd = await startDockerd(fs.mkdtempSync("/tmp/airlock-hermes-docker-"), [], net.client);
         expect(inNamespace(net.client, ["sysctl", "-qw", "net.ipv4.ip_forward=1"]).status).toBe(0);
         expect(inNamespace(net.server, ["ip", "route", "replace", "10.213.0.0/16", "via", GATEWAY_TAILNET]).status).toBe(0);
-        const doc = YAML.parse(renderedFile(hosts.gateway, COMPOSE_TEMPLATE_PATH).replaceAll("@TAILNET_IPV4@", "127.0.0.1"));
+        const doc = YAML.parse(withTailnetValues(renderedFile(hosts.gateway, COMPOSE_TEMPLATE_PATH), "127.0.0.1"));
         image = String(doc.services[AGENT_SERVICE].image).replace(/@sha256:[0-9a-f]{64}$/, "");
         expect(image).toBe("nousresearch/hermes-agent:v2026.7.20");
         await loadHermesImage(dockerd, image, work);
         // As rendered, but for where the host's files are and the image's digest (the twin's
-        // registry pins it); the sandbox's MagicDNS name is the test's namespace address.
+        // registry pins it).
         const agent = movedHostPaths(doc.services[AGENT_SERVICE], gatewayRoot);
-        Object.assign(agent, { image, extra_hosts: [`${cfg.hostnames.sandbox}:${SANDBOX_TAILNET}`] });
+        Object.assign(agent, { image });
         doc.services = { [AGENT_SERVICE]: agent };
         for (const volume of Object.values(doc.volumes ?? {}) as Record<string, any>[]) volume.driver_opts.device = path.join(gatewayRoot, volume.driver_opts.device);
         composeFile = path.join(work, "compose.yml");

@@ -7,7 +7,7 @@ import { readStackFile } from "../components/config/load";
 import { COMPOSE_TEMPLATE_PATH, DNS_REDIRECT_PATH, RenderedHost } from "../components/render/hosts";
 import { importTestImage, TestDocker } from "./helpers/dockerd";
 import { editedStack, renderedFile, renderHosts, tempDir } from "./helpers/stacks";
-import { isRoot, run, toolsAvailable } from "./helpers/tools";
+import { isRoot, run, toolsAvailable, withTailnetValues } from "./helpers/tools";
 
 /**
  * AdGuard Home on the gateway answers (allowed_clients) and logs (the record's DNS
@@ -144,7 +144,7 @@ exec setpriv --reuid=${uid} --regid=${uid} --init-groups env -i HOME=/home/${use
         for (const file of gateway.files.filter((f) => /^\/(etc\/airlock|usr\/local)\//.test(f.path))) {
             const target = path.join(dir, "root", file.path.replace(/\.in$/, ""));
             fs.mkdirSync(path.dirname(target), { recursive: true });
-            fs.writeFileSync(target, file.content.replaceAll("@TAILNET_IPV4@", GATEWAY), { mode: parseInt(file.permissions, 8) });
+            fs.writeFileSync(target, withTailnetValues(file.content, GATEWAY), { mode: parseInt(file.permissions, 8) });
         }
 
         for (const ns of [gw, cl]) run("ip", ["netns", "del", ns]);
@@ -181,7 +181,7 @@ exec setpriv --reuid=${uid} --regid=${uid} --init-groups env -i HOME=/home/${use
     }, 120_000);
 
     it("AdGuard Home's published ports see the sandbox's tailnet address, over the DNS redirect, also after the daemon restarts", async () => {
-        const compose = YAML.parse(renderedFile(gateway, COMPOSE_TEMPLATE_PATH).replaceAll("@TAILNET_IPV4@", GATEWAY));
+        const compose = YAML.parse(withTailnetValues(renderedFile(gateway, COMPOSE_TEMPLATE_PATH), GATEWAY));
         const ports: string[] = compose.services.adguard.ports;
         expect(ports.length).toBeGreaterThan(0);
         // Answers every client with the address it sees (and says so in the container's log), on the container's port 53.

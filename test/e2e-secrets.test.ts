@@ -14,7 +14,7 @@ import { newHostKey } from "./helpers/sshdRig";
 import { AIRLOCK_BIN } from "./helpers/cli";
 import { readmeSample } from "./helpers/readme";
 import { editedStack, renderedFile, renderHosts, tempDir } from "./helpers/stacks";
-import { freeUid, installFiles, isRoot, run, toolsAvailable } from "./helpers/tools";
+import { freeUid, installFiles, isRoot, run, toolsAvailable, withTailnetValues } from "./helpers/tools";
 
 /**
  * `airlock secrets push` end to end: the operator's CLI in one network namespace,
@@ -142,7 +142,7 @@ describe.runIf(canRun)("airlock secrets push to the gateway over ssh", () => {
         // As airlock-tailnet-render writes it at boot (the address only matters to AdGuard, not started here).
         // The runtime's image is a busybox stand-in here (Hermes itself runs in test/e2e-hermes.test.ts):
         // it cannot run the preflight, so its command only waits; everything else is as rendered.
-        const doc = YAML.parse(moved(renderedFile(gateway, COMPOSE_TEMPLATE_PATH)).replaceAll("@TAILNET_IPV4@", "127.0.0.1"));
+        const doc = YAML.parse(withTailnetValues(moved(renderedFile(gateway, COMPOSE_TEMPLATE_PATH)), "127.0.0.1"));
         expect(doc.services.agent.command[0]).toBe(moved(GATEWAY_AGENT_PATHS.hermesPreflight));
         Object.assign(doc.services.agent, { image: IMAGE, command: ["sleep", "2147483647"] });
         fs.writeFileSync(path.join(root, "etc/airlock/compose.yml"), YAML.stringify(doc), { mode: 0o644 });

@@ -270,6 +270,11 @@ describe.runIf(canRun)("the twin", () => {
         }
         expect(logs).toContain(passed);
         expect(asRoot("gateway", `${docker} inspect --format '{{.State.Running}}' airlock-agent`).stdout.trim()).toBe("true");
+        // The sandbox's short name is the tailnet's alone: asked as it is (absolute), no public
+        // resolver knows it (the twin's answers as Hetzner's would); the runtime finds it in the
+        // tailnet's domain, the search domain its compose file gives it.
+        expect(asRoot("gateway", `getent hosts ${cfg.hostnames.sandbox}.`).code).toBe(2);
+        expect(asRoot("gateway", `${docker} exec --user hermes airlock-agent getent hosts ${cfg.hostnames.sandbox}`).stdout).toMatch(/^100\./);
 
         const marker = `hermes-${crypto.randomBytes(6).toString("hex")}`;
         const drive = [

@@ -5,7 +5,7 @@ import { readStackFile } from "../components/config/load";
 import { RenderedHost, SSHD_TEMPLATE_PATH, withTailnetKey } from "../components/render/hosts";
 import { HERMES_RUNTIME } from "../policies/contract";
 import { fakeTailnetKey, SHIPPED_STACKS, stackFile, tempDir, renderHosts, renderedFile } from "./helpers/stacks";
-import { installFiles, isRoot, run, TEST_TAILNET_IPV4, toolsAvailable, withTailnetAddress } from "./helpers/tools";
+import { installFiles, isRoot, run, TEST_TAILNET_IPV4, toolsAvailable, withTailnetValues } from "./helpers/tools";
 
 /** Every rendered artifact is checked by the real program that consumes it. */
 
@@ -46,7 +46,7 @@ describe.runIf(toolsAvailable("sshd config checks", ["sshd", "ssh-keygen"]) && i
 
     it.each(hosts)("%s: sshd -t accepts the rendered config", (_, host) => {
         const file = path.join(dir, "sshd_config.t");
-        fs.writeFileSync(file, withTailnetAddress(sshdTemplate(host)));
+        fs.writeFileSync(file, withTailnetValues(sshdTemplate(host)));
         const result = run("sshd", ["-t", "-f", file, "-h", hostKey]);
         expect(result.stderr).toBe("");
         expect(result.status).toBe(0);
@@ -54,7 +54,7 @@ describe.runIf(toolsAvailable("sshd config checks", ["sshd", "ssh-keygen"]) && i
 
     it.each(hosts)("%s: listens on the tailnet address only, keys only, no forwarding", (_, host) => {
         const user = host.role === "sandbox" ? "agent" : "ops";
-        const eff = effective(withTailnetAddress(sshdTemplate(host)), user);
+        const eff = effective(withTailnetValues(sshdTemplate(host)), user);
         expect(eff.get("listenaddress")).toEqual([`${TEST_TAILNET_IPV4}:22`]);
         expect(eff.get("passwordauthentication")).toEqual(["no"]);
         expect(eff.get("kbdinteractiveauthentication")).toEqual(["no"]);
@@ -68,7 +68,7 @@ describe.runIf(toolsAvailable("sshd config checks", ["sshd", "ssh-keygen"]) && i
     });
 
     it.each(hosts.filter(([, h]) => h.role === "sandbox"))("%s: the agent is forced through the wrapper with only the allowlist", (_, host) => {
-        const eff = effective(withTailnetAddress(sshdTemplate(host)), "agent");
+        const eff = effective(withTailnetValues(sshdTemplate(host)), "agent");
         expect(eff.get("forcecommand")).toEqual(["/usr/local/libexec/airlock/sandbox-shell"]);
         expect(eff.get("acceptenv")).toEqual(["GITHUB_TOKEN"]);
         expect(eff.get("permittty")).toEqual(["no"]);
@@ -90,7 +90,7 @@ describe.runIf(toolsAvailable("sshd config checks", ["sshd", "ssh-keygen"]) && i
         // Global keywords can only be appended before the first Match block.
         const firstMatch = text.search(/^Match /m);
         const loosened = firstMatch < 0 ? `${text}\n${dropIn}\n` : `${text.slice(0, firstMatch)}${dropIn}\n${text.slice(firstMatch)}`;
-        const eff = effective(withTailnetAddress(loosened), host.role === "sandbox" ? "agent" : "ops");
+        const eff = effective(withTailnetValues(loosened), host.role === "sandbox" ? "agent" : "ops");
         for (const [key, value] of [
             ["passwordauthentication", "no"],
             ["kbdinteractiveauthentication", "no"],

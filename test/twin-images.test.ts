@@ -19,7 +19,7 @@ import { startDockerd, TestDocker } from "./helpers/dockerd";
 import { inNamespace } from "./helpers/netns";
 import { pinnedKnownHosts } from "./helpers/sshdRig";
 import { deployedValues, editedStack, renderHosts, resourceNamed, SHIPPED_STACKS, stackFile } from "./helpers/stacks";
-import { installFiles, isRoot, run, toolsAvailable } from "./helpers/tools";
+import { installFiles, isRoot, run, toolsAvailable, withTailnetValues } from "./helpers/tools";
 
 /**
  * The twin's images and registry, for real: every image the shipped stacks run is
@@ -248,7 +248,7 @@ describe.runIf(canRun)("the twin's images and registry", () => {
         fs.mkdirSync(path.join(root, RESOLVER_WORK_DIR), { recursive: true });
         // As in the twin: the real AdGuard Home asks the twin's resolver (here, the fake upstream) in plain DNS.
         fs.writeFileSync(path.join(data, "conf", "AdGuardHome.yaml"), twinResolverUpstreams(renderAdguardConfig(prod), UPSTREAM));
-        const doc = YAML.parse(renderGatewayCompose(prod, pinnedImages(prod, prodPinned)).replaceAll("@TAILNET_IPV4@", TAILNET));
+        const doc = YAML.parse(withTailnetValues(renderGatewayCompose(prod, pinnedImages(prod, prodPinned)), TAILNET));
         // Host paths move under the test's root; what is not rendered there is made empty.
         const hostPath = (p: string) => path.join(root, p);
         for (const service of Object.values(doc.services) as Record<string, any>[]) {

@@ -24,6 +24,7 @@ describe("the twin's network", () => {
         expect(conf).toMatch(/^address=\/#\/$/m);
         expect(conf).not.toMatch(/^server=/m);
         expect(conf).toMatch(/^dhcp-range=10\.77\.0\.0,static,/m);
+        expect(conf).toMatch(/^dhcp-ignore-names$/m);
     });
 
     it("the firewall stand-in: the plan's inbound rules per guest, conntrack, then drop", () => {

@@ -9,7 +9,7 @@ import { planStack } from "../cli/offline";
 import { GATEWAY_AGENT_PATHS } from "../components/workloads/compose";
 import { gatePlan } from "../cli/gate";
 import { editedStack, renderHosts, SHIPPED_STACKS, stackFile, tempDir, renderedFile } from "./helpers/stacks";
-import { run, toolsAvailable } from "./helpers/tools";
+import { run, toolsAvailable, withTailnetValues } from "./helpers/tools";
 
 const composeOf = (host: RenderedHost) => YAML.parse(renderedFile(host, COMPOSE_TEMPLATE_PATH));
 const fileOf = renderedFile;
@@ -229,7 +229,7 @@ describe.runIf(toolsAvailable("docker-compose config", ["docker-compose"]))("doc
         const unit = fileOf(host, "/etc/systemd/system/airlock-tailnet-config.service");
         expect(unit).toContain(`${COMPOSE_TEMPLATE_PATH} /etc/airlock/compose.yml /usr/local/sbin/airlock-compose-check\n`);
         const good = path.join(dir, "compose.yml");
-        fs.writeFileSync(good, fileOf(host, COMPOSE_TEMPLATE_PATH).replaceAll("@TAILNET_IPV4@", "100.100.7.1"));
+        fs.writeFileSync(good, withTailnetValues(fileOf(host, COMPOSE_TEMPLATE_PATH)));
         expect(run(check, [good]).status).toBe(0);
         const broken = path.join(dir, "broken.yml");
         fs.writeFileSync(broken, "services:\n  x:\n    image: a\n    ports: {not: a list}\n");
@@ -247,9 +247,8 @@ describe.runIf(toolsAvailable("docker-compose config", ["docker-compose"]))("doc
         // At boot airlock-agent-secrets.service stages the runtime's env file before this check runs.
         const runtimeEnv = path.join(dir, "runtime.env");
         fs.writeFileSync(runtimeEnv, "# staged\n");
-        const text = fileOf(host, COMPOSE_TEMPLATE_PATH)
+        const text = withTailnetValues(fileOf(host, COMPOSE_TEMPLATE_PATH))
             .replaceAll(GATEWAY_AGENT_PATHS.runtimeEnv, runtimeEnv)
-            .replaceAll("@TAILNET_IPV4@", "100.100.7.1")
             .replaceAll("@SANDBOX_SHELL_IMAGE@", `registry.example/shell@sha256:${"c".repeat(64)}`);
         fs.writeFileSync(file, text);
         const result = run("docker-compose", ["--log-level", "ERROR", "--file", file, "config", "--quiet"]);

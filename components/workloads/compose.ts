@@ -1,5 +1,5 @@
 import * as YAML from "yaml";
-import { HERMES_RUNTIME, TAILNET_IPV4_PLACEHOLDER } from "../../policies/contract";
+import { HERMES_RUNTIME, TAILNET_DOMAIN_PLACEHOLDER, TAILNET_IPV4_PLACEHOLDER } from "../../policies/contract";
 import { AGENT_SUBORDINATE_IDS, type StackConfig } from "../config/schema";
 import { renderTemplate } from "../render/templates";
 
@@ -249,6 +249,14 @@ function agentServices(cfg: StackConfig, images: ResolvedImages): { services: Re
         },
         // Secrets arrive at run time (airlock secrets push), never in this file.
         env_file: [p.runtimeEnv],
+        // The sandbox's MagicDNS name is short (the ssh config's HostName), and a container
+        // gets the search domains of its daemon's resolv.conf: the agent's rootless daemon
+        // reads RootlessKit's, which has none. Without the tailnet's domain here the short
+        // name is asked of the public resolvers as it is (seen in the twin: Hermes's ssh went
+        // to an address the tailnet never gave). ndots:1, resolv.conf's default where Docker
+        // writes 0, tries a name without a dot in the tailnet's domain first.
+        dns_search: [TAILNET_DOMAIN_PLACEHOLDER],
+        dns_opt: ["ndots:1"],
         volumes: [
             `${AGENT_STATE_VOLUME}:${runtime.statePath}`,
             // Hermes's own .env in that volume is airlock's, read-only: nothing the runtime writes sets a variable.
@@ -365,7 +373,8 @@ export function renderGatewayCompose(cfg: StackConfig, images: ResolvedImages): 
     };
     return document(
         " airlock gateway workloads - rendered by airlock; run by the agent's rootless Docker.\n" +
-            " @TAILNET_IPV4@ is filled at boot by airlock-tailnet-render (tailnet addresses only).",
+            " @TAILNET_IPV4@ (and @TAILNET_DOMAIN@, the tailnet's MagicDNS domain) are filled at boot\n" +
+            " by airlock-tailnet-render (tailnet addresses only).",
         services,
         {
             networks: { egress: {}, ...agent.networks },

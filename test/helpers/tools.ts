@@ -53,7 +53,10 @@ export function installFiles(host: RenderedHost, root: string): void {
 /** The address the e2e and tool tests give the "tailnet" side (inside 100.64.0.0/10). */
 export const TEST_TAILNET_IPV4 = "100.100.7.1";
 
-/** What airlock-sshd-config does at boot, for tests that cannot run it. */
-export function withTailnetAddress(sshdTemplate: string, address = TEST_TAILNET_IPV4): string {
-    return sshdTemplate.replaceAll("@TAILNET_IPV4@", address);
+/** The tailnet's MagicDNS domain in tests (what `tailscale status` calls MagicDNSSuffix). */
+export const TEST_TAILNET_DOMAIN = "tail7e57.ts.net";
+
+/** What airlock-tailnet-render does at boot, for tests that cannot run it. */
+export function withTailnetValues(template: string, address = TEST_TAILNET_IPV4, domain = TEST_TAILNET_DOMAIN): string {
+    return template.replaceAll("@TAILNET_IPV4@", address).replaceAll("@TAILNET_DOMAIN@", domain);
 }
