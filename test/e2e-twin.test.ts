@@ -258,6 +258,9 @@ describe.runIf(canRun)("the twin", () => {
         expect(sftp.code).not.toBe(0);
     }, 10 * MINUTE);
 
+    /** How much slower than hardware the twin's sandbox answers one command, rounded up (see the Hermes test). */
+    const TIMEOUT_SCALE = 6;
+
     it("the gateway's agent runtime, Hermes through its own loader and ssh terminal, runs the agent's command in the sandbox and on its record, not on the gateway", async () => {
         // The agent's rootless Docker (the same user on both hosts), as root there asks it.
         const docker = `runuser -u ${cfg.agent.user} -- env XDG_RUNTIME_DIR=/run/user/${cfg.agent.uid} DOCKER_HOST=unix:///run/user/${cfg.agent.uid}/docker.sock docker`;
@@ -274,11 +277,18 @@ describe.runIf(canRun)("the twin", () => {
         // resolver knows it (the twin's answers as Hetzner's would); the runtime finds it in the
         // tailnet's domain, the search domain its compose file gives it.
         expect(asRoot("gateway", `getent hosts ${cfg.hostnames.sandbox}.`).code).toBe(2);
-        expect(asRoot("gateway", `${docker} exec --user hermes airlock-agent getent hosts ${cfg.hostnames.sandbox}`).stdout).toMatch(/^100\./);
+        const found = asRoot("gateway", `${docker} exec --user hermes airlock-agent getent ahostsv4 ${cfg.hostnames.sandbox}`).stdout;
+        expect(found.split(/\s+/)[0], found).toBe(tailnetIp("sandbox"));
 
         const marker = `hermes-${crypto.randomBytes(6).toString("hex")}`;
+        // Hermes gives each of its ssh calls a fixed 10-15 s (tools/environments/ssh.py). Under the
+        // twin's emulation one command through the sandbox's wrapper takes 9-11 s (about 0.1 s on
+        // hardware, BENCHMARKS.md), so the driver scales those limits, and nothing else, by
+        // TIMEOUT_SCALE; test/e2e-hermes.test.ts runs the same Hermes at native speed unscaled.
         const drive = [
-            "import json, hermes_cli.main, cli",
+            "import json, subprocess, hermes_cli.main, cli",
+            "_run = subprocess.run",
+            `subprocess.run = lambda *a, **kw: _run(*a, **{**kw, **({"timeout": kw["timeout"] * ${TIMEOUT_SCALE}} if kw.get("timeout") else {})})`,
             "from tools.terminal_tool import terminal_tool",
             `print(terminal_tool(command=${JSON.stringify(`echo ${marker} > ${marker}.txt && cat ${marker}.txt && pwd`)}))`,
         ].join("\n");
