@@ -3,7 +3,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import * as YAML from "yaml";
 import { ConfigError, ownKeys, parseStackConfig, PROJECT, readStackFile } from "../components/config/load";
-import { LOCATIONS } from "../components/config/schema";
+import { EU_LOCATIONS, LOCATIONS, OUTSIDE_EU_EQUIVALENT } from "../components/config/schema";
 import type { Finding } from "../policies/engine/finding";
 import { failing, loadPolicy } from "../policies/policy";
 import { gatePlan } from "./gate";
@@ -88,8 +88,12 @@ export async function forkStack(options: ForkOptions): Promise<ForkResult> {
     // The source gateway's agent key is that gateway's; the new gateway makes its own.
     if (config.hasIn([`${PROJECT}:agent`, "authorizedKeys"])) config.setIn([`${PROJECT}:agent`, "authorizedKeys"], doc.createNode([]));
     if (region) {
-        config.setIn([`${PROJECT}:gateway`, "location"], region);
-        config.setIn([`${PROJECT}:sandbox`, "location"], region);
+        for (const role of ["gateway", "sandbox"]) {
+            config.setIn([`${PROJECT}:${role}`, "location"], region);
+            // Outside Europe Hetzner sells no CX or CAX type: the CPX type of the same size (listed in the changes).
+            const type = String(config.getIn([`${PROJECT}:${role}`, "serverType"]));
+            if (!(EU_LOCATIONS as readonly string[]).includes(region) && OUTSIDE_EU_EQUIVALENT[type]) config.setIn([`${PROJECT}:${role}`, "serverType"], OUTSIDE_EU_EQUIVALENT[type]);
+        }
     }
     stillNeeded.push(
         `after the first \`pulumi up\`: pulumi config set --path '${PROJECT}:agent.authorizedKeys[0]' '<the new gateway agent key>' --stack ${customer}`,

@@ -40,7 +40,24 @@ describe("stack config schema", () => {
         const file = editedStack("dev", (c) => (c["airlock:sandbox"].serverType = "huge"));
         const problems = problemsOf(file);
         expect(problems).toHaveLength(1);
-        expect(problems[0]).toMatch(new RegExp(`^${file.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}: airlock:sandbox\\.serverType: expected one of cx22, cx23, `));
+        expect(problems[0]).toMatch(new RegExp(`^${file.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}: airlock:sandbox\\.serverType: expected one of cx23, cx33, `));
+    });
+
+    it.each([
+        ["cx22", "cx23"],
+        ["cpx21", "cpx22"],
+        ["cpx31", "cpx32"],
+    ])("refuses %s, which Hetzner no longer sells, and names its successor %s", (withdrawn, successor) => {
+        const file = editedStack("dev", (c) => (c["airlock:sandbox"].serverType = withdrawn));
+        expect(problemsOf(file)).toEqual([`${file}: airlock:sandbox.serverType: withdrawn by Hetzner (not orderable since 2026-01-01): use ${successor} instead, got the string "${withdrawn}"`]);
+    });
+
+    it("refuses a CX or CAX type outside Hetzner's European locations, and takes a CPX type there", () => {
+        const cx = editedStack("dev", (c) => (c["airlock:gateway"].location = "ash"));
+        expect(problemsOf(cx)).toEqual([`${cx}: airlock:gateway.serverType: cx23 is not offered in ash (CX and CAX types are in fsn1, nbg1, hel1 only): use cpx22 there`]);
+        const cax = editedStack("dev", (c) => Object.assign(c["airlock:sandbox"], { serverType: "cax21", location: "sin" }));
+        expect(problemsOf(cax)).toEqual([`${cax}: airlock:sandbox.serverType: cax21 is not offered in sin (CX and CAX types are in fsn1, nbg1, hel1 only): use cpx32 there`]);
+        expect(readStackFile(editedStack("dev", (c) => Object.assign(c["airlock:gateway"], { serverType: "cpx22", location: "ash" }))).gateway.location).toBe("ash");
     });
 
     it("reports every problem, one line each, with array indexes in the path", () => {
@@ -58,7 +75,7 @@ describe("stack config schema", () => {
     });
 
     it("rejects unknown keys so a typo is not silently ignored", () => {
-        const file = editedStack("dev", (c) => (c["airlock:sandbox"].serverTyp = "cx22"));
+        const file = editedStack("dev", (c) => (c["airlock:sandbox"].serverTyp = "cx23"));
         expect(problemsOf(file)).toEqual([`${file}: airlock:sandbox: unknown key serverTyp`]);
     });
 
@@ -141,7 +158,7 @@ describe("stack config schema", () => {
         ["a wrong type", (c) => (c["airlock:sandbox"].workspaceVolumeGb = "ten"), 'airlock:sandbox.workspaceVolumeGb: expected a number, got the string "ten"'],
         ["a string for a boolean", (c) => (c["airlock:tailnet"].manageAcl = "yes"), 'airlock:tailnet.manageAcl: expected true or false, got the string "yes"'],
         ["a missing key", (c) => delete c["airlock:sandbox"].location, "airlock:sandbox.location: missing (expected one of fsn1, nbg1, hel1, ash, hil, sin)"],
-        ["a missing number", (c) => (c["airlock:gateway"] = { ...c["airlock:gateway"], serverType: undefined }), "airlock:gateway.serverType: missing (expected one of cx22,"],
+        ["a missing number", (c) => (c["airlock:gateway"] = { ...c["airlock:gateway"], serverType: undefined }), "airlock:gateway.serverType: missing (expected one of cx23,"],
         ["a number too small", (c) => (c["airlock:agent"].uid = 5), "airlock:agent.uid: expected at least 1000, got the number 5"],
         ["a list for a string", (c) => (c["airlock:prefix"] = ["a"]), "airlock:prefix: expected a string, got a list of 1"],
     ])("%s says what is wrong, not just that something is required", (_, edit, message) => {

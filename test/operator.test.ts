@@ -7,7 +7,7 @@ import { runDoctor } from "../cli/doctor";
 import { forkStack, ForkRefused } from "../cli/fork";
 import { gatePlan } from "../cli/gate";
 import { planStack, StackPlan, stackFilePath } from "../cli/offline";
-import { ConfigError } from "../components/config/load";
+import { ConfigError, readStackFile } from "../components/config/load";
 import { airlock as run } from "./helpers/cli";
 import { editedStack, stackFile, STACKS_DIR, tempDir } from "./helpers/stacks";
 
@@ -47,6 +47,15 @@ describe("airlock fork", () => {
         const [dev, acme, globex] = plans.map((p) => new Set(globalNames(p)));
         for (const [a, b] of [[dev, acme], [dev, globex], [acme, globex]]) expect([...a].filter((n) => b.has(n))).toEqual([]);
         expect(acme.size).toBeGreaterThan(8);
+    });
+
+    it("into a region outside Europe, takes the CPX type of the same size where the source has a CX type, and says so", async () => {
+        const dir = stacksCopy();
+        const result = await forkStack({ stacksDir: dir, customer: "acme", from: "dev", region: "ash" });
+        expect(result.status).toBe("written");
+        const cfg = readStackFile(result.file);
+        expect([cfg.gateway.serverType, cfg.sandbox.serverType, cfg.sandbox.location]).toEqual(["cpx22", "cpx22", "ash"]);
+        expect(result.changes).toEqual(expect.arrayContaining([`airlock:gateway.serverType: "cx23" -> "cpx22"`, `airlock:sandbox.serverType: "cx23" -> "cpx22"`]));
     });
 
     it("is deterministic and idempotent, and refuses to overwrite a different stack", async () => {

@@ -36,7 +36,7 @@ const RECIPE = {
         "deb http://deb.debian.org/debian-security bookworm-security main",
     ],
     /**
-     * The disk of the smallest server type the stacks use (Hetzner's cx22: 40 GB local disk),
+     * The disk of the smallest server type the stacks use (Hetzner's cx23: 40 GB local disk),
      * so the fixed-size filesystems user_data reserves (stateGb, resolverLogGb) fit as they would
      * on the real server; the qcow2 holds only what is written.
      */

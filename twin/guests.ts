@@ -28,7 +28,7 @@ export interface GuestLaunch {
     volume?: { file: string; id: string };
 }
 
-/** Memory per guest: Hetzner's cx22 has 4 GiB, the twin gives at most 2 GiB. */
+/** Memory per guest: Hetzner's cx23 has 4 GiB, the twin gives at most 2 GiB. */
 export const GUEST_MEMORY_MB = 2048;
 /** TCG's translation cache (MiB): the default (1 GiB) costs RSS for little speed here. */
 const TCG_CACHE_MB = 256;

@@ -18,13 +18,33 @@ export const AGENT_SUBORDINATE_IDS = { first: 100000, last: 165535 } as const;
  * what an omitted key means in one place.
  */
 
-/** Hetzner Cloud server types airlock is sized and tested for. */
+/** Hetzner Cloud server types that can be ordered, and that airlock is sized for. */
 export const SERVER_TYPES = [
-    "cx22", "cx23", "cx32", "cx33", "cx42", "cx43", "cx52", "cx53",
-    "cpx11", "cpx21", "cpx22", "cpx31", "cpx32", "cpx41", "cpx42", "cpx51", "cpx62",
+    "cx23", "cx33", "cx43", "cx53",
+    "cpx12", "cpx22", "cpx32", "cpx42", "cpx52", "cpx62",
     "cax11", "cax21", "cax31", "cax41",
     "ccx13", "ccx23", "ccx33", "ccx43", "ccx53", "ccx63",
 ] as const;
+
+/**
+ * Types Hetzner withdrew (deprecated 2025-10-16, not orderable after 2025-12-31: the
+ * whole cx*2 and cpx*1 generations), each with its successor. The API still lists and
+ * prices them; creating one fails ("Server Type "cpx11" is unavailable in "nbg1" and
+ * can no longer be ordered").
+ */
+export const WITHDRAWN_SERVER_TYPES: Record<string, string> = {
+    cx22: "cx23", cx32: "cx33", cx42: "cx43", cx52: "cx53",
+    cpx11: "cpx12 (1 vCPU) or cpx22", cpx21: "cpx22", cpx31: "cpx32", cpx41: "cpx42", cpx51: "cpx52",
+};
+
+/** Hetzner offers its CX (cost-optimised) and CAX (Arm) types in its European locations only. */
+export const EU_ONLY_SERVER_TYPES = /^ca?x\d/;
+export const EU_LOCATIONS = ["fsn1", "nbg1", "hel1"] as const;
+/** Where a CX or CAX type is not offered, the CPX type with the same vCPUs and memory. */
+export const OUTSIDE_EU_EQUIVALENT: Record<string, string> = {
+    cx23: "cpx22", cx33: "cpx32", cx43: "cpx42", cx53: "cpx62",
+    cax11: "cpx22", cax21: "cpx32", cax31: "cpx42", cax41: "cpx62",
+};
 
 /** The AdGuard Home release templates/adguard/AdGuardHome.yaml is written for (its schema_version: 29). */
 export const ADGUARD_HOME_VERSION = "v0.107.63";
@@ -62,8 +82,16 @@ const inboundRule = z.strictObject({
     description: z.string().max(255).optional(),
 });
 
+/** A server type, with the successor named when the one given was withdrawn. */
+const serverType = z.preprocess((value, ctx) => {
+    const successor = typeof value === "string" ? WITHDRAWN_SERVER_TYPES[value] : undefined;
+    if (!successor) return value;
+    ctx.addIssue({ code: "custom", message: `withdrawn by Hetzner (not orderable since 2026-01-01): use ${successor} instead` });
+    return z.NEVER;
+}, z.enum(SERVER_TYPES));
+
 const host = z.strictObject({
-    serverType: z.enum(SERVER_TYPES),
+    serverType,
     location: z.enum(LOCATIONS),
     /** A Hetzner image name; the templates target Debian 12. */
     image: z.string().regex(/^debian-1[2-9]$/, "expected a Debian image such as debian-12").default("debian-12"),
@@ -378,6 +406,16 @@ const stackConfigBase = z.strictObject({
 
 export const stackConfigSchema = stackConfigBase
     .superRefine((cfg, ctx) => {
+        for (const role of ["gateway", "sandbox"] as const) {
+            const { serverType, location } = cfg[role];
+            if (EU_ONLY_SERVER_TYPES.test(serverType) && !(EU_LOCATIONS as readonly string[]).includes(location)) {
+                ctx.addIssue({
+                    code: "custom",
+                    path: [role, "serverType"],
+                    message: `${serverType} is not offered in ${location} (CX and CAX types are in ${EU_LOCATIONS.join(", ")} only): use ${OUTSIDE_EU_EQUIVALENT[serverType]} there`,
+                });
+            }
+        }
         if (cfg.gateway.adminUser === cfg.agent.user) {
             ctx.addIssue({ code: "custom", path: ["gateway", "adminUser"], message: "must differ from agent.user" });
         }

@@ -40,7 +40,7 @@ describe("hcloud rules", () => {
     });
 
     it("a server needs a firewall at creation; an id not known yet counts", () => {
-        const base = { name: "s", serverType: "cx22", userData: "#cloud-config\nssh_pwauth: false\n" };
+        const base = { name: "s", serverType: "cx23", userData: "#cloud-config\nssh_pwauth: false\n" };
         expect(ruleIds(resources([resource(T.server, "s", { ...base })]))).toEqual(["hcloud-servers-have-firewall"]);
         expect(ruleIds(resources([resource(T.server, "s", { ...base, firewallIds: [] })]))).toEqual(["hcloud-servers-have-firewall"]);
         expect(resources([resource(T.server, "s", { ...base, firewallIds: [UNKNOWN] })])).toEqual([]);
