@@ -121,6 +121,8 @@ async function planStackNow(stackFile: string, stack: string, options: PlanOptio
 
 function offlineCall(token: string, inputs: Record<string, unknown>): Record<string, unknown> {
     if (token === "docker:index/getRegistryImage:getRegistryImage") return { ...inputs, id: String(inputs.name), sha256Digest: OFFLINE_DIGEST };
+    // The project's SSH keys are unknown offline: the plan shows the break-glass key as created.
+    if (token === "hcloud:index/getSshKeys:getSshKeys") return { sshKeys: [] };
     throw new Error(`the offline plan cannot answer ${token}`);
 }
 

@@ -4,12 +4,15 @@ import * as tls from "@pulumi/tls";
 import type { StackConfig } from "./config/schema";
 import { GatewayHost } from "./gatewayHost";
 import { BackupBucket } from "./backupBucket";
+import type { ExistingSshKey } from "./breakGlassKey";
 import { SandboxHost } from "./sandboxHost";
 import { Tailnet } from "./tailnet";
 import { Workloads } from "./workloads/workloads";
 
 export interface DeploymentArgs {
     config: StackConfig;
+    /** The project's key with the break-glass public key, when another stack or the console made it (existingBreakGlassKey). */
+    existingBreakGlassKey?: ExistingSshKey;
 }
 
 /** One airlock environment: a gateway and a sandbox on a private tailnet. */
@@ -25,11 +28,14 @@ export class Deployment extends pulumi.ComponentResource {
         super("airlock:index:Deployment", name, {}, opts);
         const cfg = args.config;
 
-        const breakGlass = new hcloud.SshKey(
-            `${name}-break-glass`,
-            { name: `${cfg.prefix}-break-glass`, publicKey: cfg.breakGlassSshPublicKey, labels: { airlock: cfg.prefix } },
-            { parent: this },
-        );
+        // One key per fingerprint and project: an existing one is used, never created twice.
+        const breakGlassSshKeyId =
+            args.existingBreakGlassKey?.id ??
+            new hcloud.SshKey(
+                `${name}-break-glass`,
+                { name: `${cfg.prefix}-break-glass`, publicKey: cfg.breakGlassSshPublicKey, labels: { airlock: cfg.prefix } },
+                { parent: this },
+            ).id;
 
         this.tailnet = new Tailnet(
             `${name}-tailnet`,
@@ -52,7 +58,7 @@ export class Deployment extends pulumi.ComponentResource {
         const common = {
             prefix: cfg.prefix,
             tailnet: this.tailnet,
-            breakGlassSshKeyId: breakGlass.id,
+            breakGlassSshKeyId,
             config: cfg,
             images: this.workloads.images,
         };

@@ -117,7 +117,10 @@ export function provisionHost(
             rebuildProtection: args.server.protect,
         },
         // hcloud server names are unique: the old server must go before its replacement.
-        { parent, deleteBeforeReplace: true, protect: args.server.protect },
+        // Its SSH keys are read once, at creation (the break-glass way in is the rescue
+        // system, which takes its keys when enabled): a key that changes since, or moves
+        // to another stack's copy, never replaces the server.
+        { parent, deleteBeforeReplace: true, protect: args.server.protect, ignoreChanges: ["sshKeys"] },
     );
 
     return { firewall, joinKey, server };

@@ -192,6 +192,41 @@ describe.each(SHIPPED_STACKS)("the %s stack under mocks", (stack) => {
     });
 });
 
+describe("the break-glass key: one per fingerprint in a Hetzner project", () => {
+    const publicKey = (stack: string) => YAML.parse(fs.readFileSync(path.join("stacks", `Pulumi.${stack}.yaml`), "utf8")).config["airlock:breakGlassSshPublicKey"] as string;
+    /** A project holding these keys, as hcloud's getSshKeys answers. */
+    const project = (keys: { id: number; name: string; publicKey: string; labels?: Record<string, string> }[]) => (token: string) =>
+        token === "hcloud:index/getSshKeys:getSshKeys" ? { sshKeys: keys.map((k) => ({ fingerprint: "", labels: {}, ...k })) } : undefined;
+    const serverKeys = (plan: Awaited<ReturnType<typeof planShipped>>) => resourcesOfType(plan, T.server).map((s) => s.inputs.sshKeys);
+
+    it("uses the key another stack or the console made (the same key, another comment), and creates none", async () => {
+        // Hetzner refuses a second key with one fingerprint (uniqueness_error): dev and prod share one.
+        const key = publicKey("prod").split(" ").slice(0, 2).join(" ") + " uploaded-in-the-console";
+        const plan = await planStack(path.join("stacks", "Pulumi.prod.yaml"), "prod", { mode: "up", deployed: deployedValues, calls: project([{ id: 4711, name: "ops-rescue", publicKey: key, labels: { airlock: "airlock-dev" } }]) });
+        expect(resourcesOfType(plan, T.sshKey)).toEqual([]);
+        expect(serverKeys(plan)).toEqual([["4711"], ["4711"]]);
+    });
+
+    it("keeps managing the key it made itself, and creates its own when the project has no such key", async () => {
+        const own = await planStack(path.join("stacks", "Pulumi.dev.yaml"), "dev", {
+            mode: "up",
+            deployed: deployedValues,
+            calls: project([{ id: 99, name: "airlock-dev-break-glass", publicKey: publicKey("dev"), labels: { airlock: "airlock-dev" } }]),
+        });
+        expect(resourcesOfType(own, T.sshKey).map((r) => r.inputs.name)).toEqual(["airlock-dev-break-glass"]);
+        const other = await planStack(path.join("stacks", "Pulumi.dev.yaml"), "dev", {
+            mode: "up",
+            deployed: deployedValues,
+            calls: project([{ id: 7, name: "someone-else", publicKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPWKETrPt8oVYVlHKofRu0YtZmqfPRzEon0UODMLMRhF x" }]),
+        });
+        expect(resourceNamed(other, T.sshKey, "airlock-dev-break-glass").inputs.publicKey).toBe(publicKey("dev"));
+        const [gateway, sandbox] = serverKeys(other) as string[][];
+        expect(gateway).toEqual(sandbox);
+        expect(gateway).toEqual([expect.stringMatching(/^\d+$/)]);
+        expect(gateway).not.toEqual(["7"]);
+    });
+});
+
 describe("backup buckets", () => {
     it("one private bucket per machine, an append-only host key restricted to it, no prune key unless asked", async () => {
         const plan = await planShipped("prod", "up");
