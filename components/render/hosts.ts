@@ -65,6 +65,8 @@ export const SANDBOX_HOST_PUBLIC_KEY_PLACEHOLDER = "@SANDBOX_HOST_PUBLIC_KEY@";
 /** Where the gateway pins the sandbox's host key. */
 export const GATEWAY_KNOWN_HOSTS_PATH = "/etc/airlock/known_hosts";
 
+/** The dhclient hook that keeps a lease from rewriting /etc/resolv.conf. */
+export const DHCP_KEEP_RESOLV_CONF_PATH = "/etc/dhcp/dhclient-enter-hooks.d/airlock-keep-resolv-conf";
 /** Where each host keeps its sshd template; airlock-tailnet-render writes the live config from it. */
 export const SSHD_TEMPLATE_PATH = "/etc/airlock/sshd_config.in";
 /** The compose template; airlock-tailnet-render writes /etc/airlock/compose.yml from it. */
@@ -134,6 +136,7 @@ function commonFiles(cfg: StackConfig, role: HostRole, units: HostUnits): HostFi
     return [
         // Written before cloud-init installs the packages list (write_files runs first).
         config("/etc/apt/apt.conf.d/90airlock-no-recommends", "apt/90airlock-no-recommends"),
+        config(DHCP_KEEP_RESOLV_CONF_PATH, "dhcp/keep-resolv-conf"),
         script("/usr/local/sbin/airlock-install-tailscale", "scripts/install-tailscale"),
         script("/usr/local/sbin/airlock-tailnet-join", "scripts/tailnet-join", {
             hostname: cfg.hostnames[role],
