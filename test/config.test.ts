@@ -2,6 +2,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
 import { ConfigError, configFromPulumiRuntime, readStackFile } from "../components/config/load";
+import { postgresMajor } from "../components/config/schema";
 import { airlock } from "./helpers/cli";
 import { editedStack, SHIPPED_STACKS, stackFile, tempDir } from "./helpers/stacks";
 
@@ -50,6 +51,22 @@ describe("stack config schema", () => {
     ])("refuses %s, which Hetzner no longer sells, and names its successor %s", (withdrawn, successor) => {
         const file = editedStack("dev", (c) => (c["airlock:sandbox"].serverType = withdrawn));
         expect(problemsOf(file)).toEqual([`${file}: airlock:sandbox.serverType: withdrawn by Hetzner (not orderable since 2026-01-01): use ${successor} instead, got the string "${withdrawn}"`]);
+    });
+
+    it("an enabled API needs its image: there is no default one", () => {
+        const file = editedStack("dev", (c) => (c["airlock:workloads"].api = { enabled: true }));
+        expect(problemsOf(file)).toEqual([`${file}: airlock:workloads.api.image: required when airlock:workloads.api.enabled is true`]);
+    });
+
+    it("refuses a PostgreSQL newer than the built shell's pg_dump, which would refuse to dump it; takes it with a shell of the user's", () => {
+        const file = editedStack("prod", (c) => (c["airlock:workloads"].postgres = { enabled: true, image: "postgres:16-bookworm" }));
+        expect(problemsOf(file)).toEqual([
+            `${file}: airlock:workloads.postgres.image: PostgreSQL 16 is newer than the built shell's pg_dump (15, Debian 12's postgresql-client), which refuses to dump it: use postgres:15-bookworm`,
+        ]);
+        expect(readStackFile(stackFile("prod")).workloads.postgres.image).toBe("postgres:15-bookworm");
+        const own = editedStack("dev", (c) => (c["airlock:workloads"].postgres = { enabled: true, image: "postgres:17" }));
+        expect(readStackFile(own).workloads.postgres.image).toBe("postgres:17");
+        expect([postgresMajor("postgres:16-bookworm@sha256:" + "a".repeat(64)), postgresMajor("registry:5000/postgres:15"), postgresMajor("pgvector/pgvector:pg15"), postgresMajor("postgres")]).toEqual([16, 15, 15, undefined]);
     });
 
     it("refuses a CX or CAX type outside Hetzner's European locations, and takes a CPX type there", () => {

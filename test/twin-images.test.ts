@@ -360,7 +360,7 @@ describe("the twin's image list", () => {
         expect(prodList).toEqual([
             ["@SANDBOX_SHELL_IMAGE@", "shell"],
             ["chromedp/headless-shell:stable", "browser"],
-            ["postgres:16-bookworm", "postgres"],
+            ["postgres:15-bookworm", "postgres"],
             ["redis:7-bookworm", "redis"],
             ["adguard/adguardhome:v0.107.63", "resolver"],
             ["nousresearch/hermes-agent:v2026.7.20", "agent"],
@@ -370,5 +370,8 @@ describe("the twin's image list", () => {
         expect(twinImageList(noBrowser).map((w) => w.recipe)).not.toContain("browser");
         const ubuntu = readStackFile(editedStack("dev", (c) => (c["airlock:workloads"].sandboxShell = { image: "ubuntu:24.04" })));
         expect(() => twinImageList(ubuntu)).toThrow(/airlock:workloads\.sandboxShell\.image: .*ubuntu:24\.04/);
+        // Its PostgreSQL is 15: it stands in for no other major (a dump client that refuses a newer server would go unseen).
+        const pg16 = readStackFile(editedStack("dev", (c) => (c["airlock:workloads"].postgres = { enabled: true, image: "postgres:16-bookworm" })));
+        expect(() => twinImageList(pg16)).toThrow("airlock:workloads.postgres.image: the twin's PostgreSQL is 15 (Debian 12's), not postgres:16-bookworm");
     });
 });

@@ -1,7 +1,7 @@
 import * as crypto from "node:crypto";
 import * as fs from "node:fs";
 import * as path from "node:path";
-import type { StackConfig } from "../components/config/schema";
+import { postgresMajor, type StackConfig } from "../components/config/schema";
 import { TEMPLATES_DIR } from "../components/render/templates";
 import { BUILT_SANDBOX_SHELL_PLACEHOLDER } from "../components/workloads/compose";
 import { configuredImages } from "../components/workloads/images";
@@ -123,7 +123,12 @@ export function twinImageList(cfg: StackConfig): Wanted[] {
         add(configured.sandboxShell, "debian");
     }
     if (w.browser.enabled) add(configured.browser, "browser");
-    if (w.postgres.enabled) add(configured.postgres, "postgres");
+    const postgres = (reference: string, key: string) => {
+        // The stand-in is Debian 12's PostgreSQL 15; standing it in for another major would hide what pg_dump does with it.
+        if (postgresMajor(reference) !== 15) throw new Error(`${key}: the twin's PostgreSQL is 15 (Debian 12's), not ${reference}`);
+        add(reference, "postgres");
+    };
+    if (w.postgres.enabled) postgres(configured.postgres, "airlock:workloads.postgres.image");
     if (w.redis.enabled) add(configured.redis, "redis");
     if (w.api.enabled) throw new Error(`airlock:workloads.api.image: the twin has no stand-in for ${configured.api}`);
     for (const [name, reference] of Object.entries(configured.services)) {
@@ -132,7 +137,7 @@ export function twinImageList(cfg: StackConfig): Wanted[] {
     add(configured.adguard, "resolver");
     if (cfg.gateway.agent) {
         add(configured.agent, "agent");
-        if (cfg.gateway.agent.memoryDb.enabled) add(configured.agentMemoryDb, "postgres");
+        if (cfg.gateway.agent.memoryDb.enabled) postgres(configured.agentMemoryDb, "airlock:gateway.agent.memoryDb.image");
     }
     return wanted;
 }

@@ -101,6 +101,16 @@ const host = z.strictObject({
     extraInboundRules: z.array(inboundRule).default([]),
 });
 
+/** The major version of pg_dump in the built shell (templates/images/sandbox-shell: Debian 12's postgresql-client). */
+export const SHELL_PG_DUMP_MAJOR = 15;
+
+/** The PostgreSQL major an image's tag names (postgres:16-bookworm, pgvector/pgvector:pg15), when it names one. */
+export function postgresMajor(reference: string): number | undefined {
+    const tag = /:([^@/]+)(?:@|$)/.exec(reference)?.[1];
+    const major = tag === undefined ? undefined : /^(?:pg)?(\d+)(?:[.-]|$)/.exec(tag)?.[1];
+    return major === undefined ? undefined : Number(major);
+}
+
 /** registry/name[:tag][@sha256:digest] */
 export const IMAGE_REFERENCE =
     /^(?:[a-z0-9.-]+(?::\d+)?\/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:\/[a-z0-9]+(?:[._-][a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$/;
@@ -144,11 +154,12 @@ const workloads = z
         registry: z.string().regex(/^[a-z0-9.-]+(?::\d+)?(\/[a-z0-9._-]+)*$/).optional(),
         sandboxShell: z.strictObject({ image: image.optional(), ...serviceOverrides }).prefault({}),
         browser: z.strictObject({ enabled: z.boolean().default(true), image: image.default("chromedp/headless-shell:stable"), ...serviceOverrides }).prefault({}),
-        postgres: optionalService("postgres:16-bookworm").prefault({}),
+        postgres: optionalService(`postgres:${SHELL_PG_DUMP_MAJOR}-bookworm`).prefault({}),
         redis: optionalService("redis:7-bookworm").prefault({}),
         /** An API bound to 127.0.0.1 only. */
-        api: optionalService("registry.example/agent-api:latest")
-            .extend({ port: z.number().int().min(1024).max(65535).default(8080) })
+        /** No default image: there is no such thing as airlock's API. */
+        api: z
+            .strictObject({ enabled: z.boolean().default(false), image: image.optional(), port: z.number().int().min(1024).max(65535).default(8080), ...serviceOverrides })
             .prefault({}),
         services: z.array(userService).default([]),
         /** AdGuard Home on the gateway, the sandbox's resolver. */
@@ -179,6 +190,16 @@ const workloads = z
             if (used && ref && !w.resolveDigests && !PINNED_BY_DIGEST.test(ref)) {
                 ctx.addIssue({ code: "custom", path, message: `${ref} is not pinned: write ${ref.split("@")[0]}@sha256:<digest>, or set airlock:workloads.resolveDigests: true` });
             }
+        }
+        if (w.api.enabled && !w.api.image) ctx.addIssue({ code: "custom", path: ["api", "image"], message: "required when airlock:workloads.api.enabled is true" });
+        // The hourly dump runs pg_dump in the shell, and pg_dump refuses a server newer than itself.
+        const serverMajor = postgresMajor(w.postgres.image);
+        if (w.postgres.enabled && w.registry && serverMajor !== undefined && serverMajor > SHELL_PG_DUMP_MAJOR) {
+            ctx.addIssue({
+                code: "custom",
+                path: ["postgres", "image"],
+                message: `PostgreSQL ${serverMajor} is newer than the built shell's pg_dump (${SHELL_PG_DUMP_MAJOR}, Debian 12's postgresql-client), which refuses to dump it: use postgres:${SHELL_PG_DUMP_MAJOR}-bookworm`,
+            });
         }
         const names = new Set(["agent-sandbox-shell", "browser", "postgres", "redis", "api"]);
         w.services.forEach((s, i) => {

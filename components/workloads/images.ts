@@ -13,7 +13,7 @@ export function configuredImages(cfg: StackConfig): ResolvedImages {
         browser: w.browser.image,
         postgres: w.postgres.image,
         redis: w.redis.image,
-        api: w.api.image,
+        api: w.api.image ?? "",
         adguard: w.adguard.image,
         agent: cfg.gateway.agent?.image ?? "",
         agentMemoryDb: cfg.gateway.agent?.memoryDb.image ?? "",
