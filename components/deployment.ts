@@ -43,6 +43,7 @@ export class Deployment extends pulumi.ComponentResource {
                 gatewayTag: cfg.tailnet.gatewayTag,
                 sandboxTag: cfg.tailnet.sandboxTag,
                 tagOwners: cfg.tailnet.tagOwners,
+                operators: cfg.tailnet.operators,
                 manageAcl: cfg.tailnet.manageAcl,
                 keyExpirySeconds: cfg.tailnet.keyExpirySeconds,
             },

@@ -7,6 +7,8 @@ export interface TailnetArgs {
     gatewayTag: string;
     sandboxTag: string;
     tagOwners: string[];
+    /** Who may reach the gateway's sshd (the operator login). */
+    operators: string[];
     /**
      * `tailscale.Acl` replaces the tailnet's WHOLE policy file, so airlock manages it
      * only when asked (a tailnet dedicated to airlock). Otherwise the policy is only

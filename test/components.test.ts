@@ -108,7 +108,17 @@ describe.each(SHIPPED_STACKS)("the %s stack under mocks", (stack) => {
         expect(sb.ephemeral).toBe(true);
     });
 
-    it("the tailnet policy grants exactly gateway->sandbox ssh+CDP and sandbox->gateway DNS, with tests", async () => {
+    it("operators named by login or tag reach the gateway's sshd and nothing of the sandbox, by the policy's own tests", async () => {
+        const ops = await planStack(editedStack(stack, (c) => (c["airlock:tailnet"].operators = ["alice@example.com", "tag:ci-operator"])), stack);
+        const { gatewayTag: gw, sandboxTag: sb } = ops.config.tailnet;
+        const policy = JSON.parse(artifactsOf(resourceNamed(ops, T.stash, `${ops.config.prefix}-tailnet-artifacts`).inputs)!["policy.hujson"]);
+        expect(policy.grants.filter((g: any) => !g.src.includes(gw) && !g.src.includes(sb))).toEqual([{ src: ["alice@example.com", "tag:ci-operator"], dst: [gw], ip: ["tcp:22"] }]);
+        for (const src of ["alice@example.com", "tag:ci-operator"]) {
+            expect(policy.tests).toContainEqual({ src, proto: "tcp", accept: [`${gw}:22`], deny: [`${sb}:22`, `${sb}:9222`, `${gw}:10053`] });
+        }
+    });
+
+    it("the tailnet policy grants exactly gateway->sandbox ssh+CDP, sandbox->gateway DNS and the operators the gateway's ssh, with tests", async () => {
         const plan = await planShipped(stack);
         const { gatewayTag: gw, sandboxTag: sb } = plan.config.tailnet;
         const text = artifactsOf(resourceNamed(plan, T.stash, `${plan.config.prefix}-tailnet-artifacts`).inputs)!["policy.hujson"];
@@ -116,6 +126,8 @@ describe.each(SHIPPED_STACKS)("the %s stack under mocks", (stack) => {
         expect(policy.grants).toEqual([
             { src: [gw], dst: [sb], ip: ["tcp:22", "tcp:9222"] },
             { src: [sb], dst: [gw], ip: ["udp:53", "tcp:53"] },
+            // The operator login: the tailnet's admins by default.
+            { src: ["autogroup:admin"], dst: [gw], ip: ["tcp:22"] },
         ]);
         expect(policy.acls).toBeUndefined();
         expect(policy.ssh).toBeUndefined();
@@ -303,6 +315,6 @@ describe("offline plan output", () => {
         const plan = await planStack(file, "dev", { deployed: deployedValues });
         expect(resourcesOfType(plan, T.acl)).toEqual([]);
         const stashed = artifactsOf(resourceNamed(plan, T.stash, "airlock-dev-tailnet-artifacts").inputs)!;
-        expect(JSON.parse(stashed["policy.hujson"]).grants).toHaveLength(2);
+        expect(JSON.parse(stashed["policy.hujson"]).grants).toHaveLength(3);
     });
 });

@@ -132,7 +132,7 @@ describe.runIf(canRun)("the twin's Tailscale stand-in (namespaces, WireGuard, th
             path.join(work, "dnsmasq.log"),
         );
         const policyFile = path.join(work, "policy.hujson");
-        fs.writeFileSync(policyFile, tailnetPolicyText(renderTailnetPolicy({ gatewayTag: GATEWAY_TAG, sandboxTag: SANDBOX_TAG, tagOwners: ["autogroup:admin"] })));
+        fs.writeFileSync(policyFile, tailnetPolicyText(renderTailnetPolicy({ gatewayTag: GATEWAY_TAG, sandboxTag: SANDBOX_TAG, tagOwners: ["autogroup:admin"], operators: ["autogroup:admin"] })));
         coordinator = await startCoordinator({
             netns: BRIDGE_NS,
             address: CONTROL,
@@ -348,7 +348,7 @@ describe.runIf(toolsAvailable("the coordinator's packet filters", ["python3"]))(
     const keys = { k1: ["tag:gw"], k2: ["tag:sb"], k3: ["tag:other"] };
 
     it("the rendered grants: the sandbox admits the gateway on tcp 22 and 9222, the gateway admits the sandbox on 53 udp and tcp, the rest nobody", () => {
-        const policy = tailnetPolicyText(renderTailnetPolicy({ gatewayTag: "tag:gw", sandboxTag: "tag:sb", tagOwners: ["autogroup:admin"] }));
+        const policy = tailnetPolicyText(renderTailnetPolicy({ gatewayTag: "tag:gw", sandboxTag: "tag:sb", tagOwners: ["autogroup:admin"], operators: ["autogroup:admin"] }));
         const { addresses, filters } = filtersFor(policy, keys);
         expect(filters.sb).toEqual([
             { srcs: [...addresses.gw].sort(), proto: "tcp", ports: [[22, 22]] },
@@ -485,7 +485,7 @@ describe.runIf(canBoot)("the tailscale .deb, installed and run under systemd", (
         fs.writeFileSync(`/etc/netns/${peerNs}/hosts`, `127.0.0.1 localhost\n${control} controlplane.tailscale.com\n`);
 
         const policyFile = path.join(work, "policy.hujson");
-        fs.writeFileSync(policyFile, tailnetPolicyText(renderTailnetPolicy({ gatewayTag: GATEWAY_TAG, sandboxTag: SANDBOX_TAG, tagOwners: ["autogroup:admin"] })));
+        fs.writeFileSync(policyFile, tailnetPolicyText(renderTailnetPolicy({ gatewayTag: GATEWAY_TAG, sandboxTag: SANDBOX_TAG, tagOwners: ["autogroup:admin"], operators: ["autogroup:admin"] })));
         coordinator = await startCoordinator({
             netns: bridgeNs,
             address: control,

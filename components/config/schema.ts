@@ -387,6 +387,23 @@ const stackConfigBase = z.strictObject({
             sandboxTag: tailscaleTag.optional(),
             /** Who may apply the tags (tagOwners). */
             tagOwners: z.array(z.string().min(1)).min(1).default(["autogroup:admin"]),
+            /**
+             * Who may reach the gateway's sshd (the operator login): tailnet users by
+             * login name, a role autogroup, or a tag. Nothing else of the gateway, and
+             * nothing of the sandbox. A group would need the policy's groups section,
+             * which airlock does not write.
+             */
+            operators: z
+                .array(
+                    z
+                        .string()
+                        .regex(
+                            /^(autogroup:(admin|owner|member|it-admin|network-admin)|tag:[a-z0-9][a-z0-9-]{0,62}|[^\s@:*]+@[^\s@:*]+)$/,
+                            "expected a tailnet login (alice@example.com), autogroup:admin (or another role autogroup) or a tag",
+                        ),
+                )
+                .min(1)
+                .default(["autogroup:admin"]),
             /** Lifetime of the single-use join keys, in seconds (5 min to 1 day). */
             keyExpirySeconds: z.number().int().min(300).max(86400).default(3600),
         }),

@@ -8,6 +8,8 @@ export interface TailnetPolicyArgs {
     gatewayTag: string;
     sandboxTag: string;
     tagOwners: string[];
+    /** Who may reach the gateway's sshd: the operator login (`airlock secrets push`, the backups' set-up). */
+    operators: string[];
 }
 
 export interface TailnetPolicy {
@@ -18,6 +20,8 @@ export interface TailnetPolicy {
 
 /** What the gateway may open on the sandbox: sshd and the browser's CDP endpoint. */
 export const GATEWAY_TO_SANDBOX_PORTS = ["tcp:22", "tcp:9222"];
+/** What an operator may open on the gateway: its sshd. */
+export const OPERATOR_TO_GATEWAY_PORTS = ["tcp:22"];
 /** What the sandbox may open on the gateway: the AdGuard Home resolver. */
 export const SANDBOX_TO_GATEWAY_PORTS = ["udp:53", "tcp:53"];
 
@@ -36,7 +40,9 @@ const SANDBOX_UNREACHABLE_TCP: Destination[] = [
 ];
 const SANDBOX_UNREACHABLE_UDP: Destination[] = [(gw) => `${gw}:123`, (gw) => `${gw}:10053`, (gw) => `${gw}:41641`, (_, sb) => `${sb}:53`, () => "100.64.0.1:53"];
 
-export function renderTailnetPolicy({ gatewayTag, sandboxTag, tagOwners }: TailnetPolicyArgs): TailnetPolicy {
+export function renderTailnetPolicy({ gatewayTag, sandboxTag, tagOwners, operators }: TailnetPolicyArgs): TailnetPolicy {
+    // A test runs as a user or a tag: an autogroup has none to run as.
+    const testable = operators.filter((o) => !o.startsWith("autogroup:"));
     return {
         tagOwners: {
             [gatewayTag]: [...tagOwners],
@@ -45,11 +51,14 @@ export function renderTailnetPolicy({ gatewayTag, sandboxTag, tagOwners }: Tailn
         grants: [
             { src: [gatewayTag], dst: [sandboxTag], ip: [...GATEWAY_TO_SANDBOX_PORTS] },
             { src: [sandboxTag], dst: [gatewayTag], ip: [...SANDBOX_TO_GATEWAY_PORTS] },
+            { src: [...operators], dst: [gatewayTag], ip: [...OPERATOR_TO_GATEWAY_PORTS] },
         ],
         tests: [
             { src: gatewayTag, proto: "tcp", accept: [`${sandboxTag}:22`, `${sandboxTag}:9222`], deny: [`${sandboxTag}:80`, `${sandboxTag}:2375`] },
             { src: sandboxTag, proto: "udp", accept: [`${gatewayTag}:53`], deny: SANDBOX_UNREACHABLE_UDP.map((d) => d(gatewayTag, sandboxTag)) },
             { src: sandboxTag, proto: "tcp", accept: [`${gatewayTag}:53`], deny: SANDBOX_UNREACHABLE_TCP.map((d) => d(gatewayTag, sandboxTag)) },
+            // An operator reaches the gateway's sshd, and neither the sandbox nor the resolver's port.
+            ...testable.map((src) => ({ src, proto: "tcp", accept: [`${gatewayTag}:22`], deny: [`${sandboxTag}:22`, `${sandboxTag}:9222`, `${gatewayTag}:10053`] })),
         ],
     };
 }
