@@ -102,6 +102,22 @@ describe("the B2 client", () => {
         expect(err).toBeInstanceOf(B2Error);
         expect(err.message).toBe("B2 b2_create_bucket: 401 unauthorized: writeBuckets is not allowed for this key");
     });
+
+    it("Object Lock as B2 takes it: created with file lock, then its default retention set by b2_update_bucket, with writeBucketRetentions", async () => {
+        const operator = new B2Client({ ...b2.master, authUrl: b2.url });
+        const bucket = await operator.createBucket("airlock-lock-x1", [], 30);
+        expect(b2.buckets.get(bucket.bucketId)?.fileLockConfiguration).toEqual({ value: { isFileLockEnabled: true, defaultRetention: { mode: "compliance", period: { duration: 30, unit: "days" } } } });
+        // B2 knows no defaultRetention in b2_create_bucket (what the client sent in one call before).
+        const oneCall = await operator
+            .call("b2_create_bucket", { accountId: await operator.accountId(), bucketName: "airlock-lock-x2", bucketType: "allPrivate", fileLockEnabled: true, defaultRetention: { mode: "compliance", period: { duration: 30, unit: "days" } } })
+            .catch((e) => e);
+        expect(oneCall.message).toBe("B2 b2_create_bucket: 400 bad_json: unknown field in b2_create_bucket request: defaultRetention");
+        // An operator key with writeBuckets but not writeBucketRetentions cannot lock a bucket.
+        const key = await operator.createKey("no-retention", ["listBuckets", "writeBuckets"]);
+        const limited = new B2Client({ applicationKeyId: key.applicationKeyId, applicationKey: key.applicationKey!, authUrl: b2.url });
+        const refused = await limited.createBucket("airlock-lock-x3", [], 30).catch((e) => e);
+        expect(refused.message).toBe("B2 b2_create_bucket: 401 unauthorized: writeBucketRetentions is not allowed for this key");
+    });
 });
 
 describe("a host key cannot destroy its backups", () => {

@@ -104,12 +104,14 @@ export class B2Client {
     }
 
     async createBucket(bucketName: string, lifecycleRules: LifecycleRule[], objectLockDays?: number): Promise<Bucket> {
-        return this.call("b2_create_bucket", {
-            accountId: await this.accountId(),
-            bucketName,
-            bucketType: "allPrivate",
-            lifecycleRules,
-            ...(objectLockDays ? { fileLockEnabled: true, defaultRetention: { mode: "compliance", period: { duration: objectLockDays, unit: "days" } } } : {}),
+        const accountId = await this.accountId();
+        const bucket: Bucket = await this.call("b2_create_bucket", { accountId, bucketName, bucketType: "allPrivate", lifecycleRules, ...(objectLockDays ? { fileLockEnabled: true } : {}) });
+        if (!objectLockDays) return bucket;
+        // b2_create_bucket takes no default retention: it is b2_update_bucket's, once the bucket has Object Lock.
+        return this.call("b2_update_bucket", {
+            accountId,
+            bucketId: bucket.bucketId,
+            defaultRetention: { mode: "compliance", period: { duration: objectLockDays, unit: "days" } },
         });
     }
 

@@ -48,7 +48,7 @@ export interface FakeB2 {
     close(): Promise<void>;
 }
 
-const ALL = ["listKeys", "writeKeys", "deleteKeys", "listBuckets", "writeBuckets", "deleteBuckets", "listFiles", "readFiles", "shareFiles", "writeFiles", "deleteFiles"];
+const ALL = ["listKeys", "writeKeys", "deleteKeys", "listBuckets", "writeBuckets", "deleteBuckets", "writeBucketRetentions", "listFiles", "readFiles", "shareFiles", "writeFiles", "deleteFiles"];
 
 /** Which capability each call needs. */
 const NEEDS: Record<string, string> = {
@@ -65,6 +65,28 @@ const NEEDS: Record<string, string> = {
     b2_delete_file_version: "deleteFiles",
     b2_list_file_versions: "listFiles",
 };
+
+/**
+ * The request fields each call takes, from B2's native API reference (v3, "Request
+ * Parameters" of each call): B2 refuses a body with any other field
+ * (400 bad_json, "unknown field in ...Request: <field>").
+ */
+const FIELDS: Record<string, string[]> = {
+    b2_create_bucket: ["accountId", "bucketName", "bucketType", "bucketInfo", "corsRules", "fileLockEnabled", "lifecycleRules", "replicationConfiguration", "defaultServerSideEncryption"],
+    b2_update_bucket: ["accountId", "bucketId", "bucketType", "bucketInfo", "corsRules", "defaultRetention", "defaultServerSideEncryption", "fileLockEnabled", "lifecycleRules", "replicationConfiguration", "ifRevisionIs"],
+    b2_delete_bucket: ["accountId", "bucketId"],
+    b2_list_buckets: ["accountId", "bucketId", "bucketName", "bucketTypes"],
+    b2_create_key: ["accountId", "capabilities", "keyName", "validDurationInSeconds", "bucketId", "namePrefix"],
+    b2_delete_key: ["applicationKeyId"],
+    b2_list_keys: ["accountId", "maxKeyCount", "startApplicationKeyId"],
+    b2_get_upload_url: ["bucketId"],
+    b2_hide_file: ["bucketId", "fileName"],
+    b2_delete_file_version: ["fileName", "fileId", "bypassGovernance"],
+    b2_list_file_versions: ["bucketId", "startFileName", "startFileId", "maxFileCount", "prefix", "delimiter"],
+};
+
+/** Object Lock (fileLockEnabled, defaultRetention) takes writeBucketRetentions beside writeBuckets (B2's "Object Lock" guide). */
+const RETENTION_CAPABILITY = "writeBucketRetentions";
 
 const id = (prefix: string) => `${prefix}${randomBytes(12).toString("hex")}`;
 
@@ -117,6 +139,11 @@ export async function startFakeB2(): Promise<FakeB2> {
                     return fail(400, "bad_request", "body is not JSON");
                 }
             }
+            const unknown = Object.keys(body).find((field) => !(FIELDS[name] ?? []).includes(field));
+            if (unknown) return fail(400, "bad_json", `unknown field in ${name} request: ${unknown}`);
+            if ((body.fileLockEnabled !== undefined || body.defaultRetention !== undefined) && !key.capabilities.includes(RETENTION_CAPABILITY)) {
+                return fail(401, "unauthorized", `${RETENTION_CAPABILITY} is not allowed for this key`);
+            }
             const bucketIdOf = () => (name === "b2_upload_file" ? url.searchParams.get("bucketId") : body.bucketId);
             const bucketId = bucketIdOf();
             if (key.bucketId && bucketId && bucketId !== key.bucketId) return fail(401, "unauthorized", "this key is restricted to another bucket");
@@ -129,7 +156,7 @@ export async function startFakeB2(): Promise<FakeB2> {
                         bucketName: body.bucketName,
                         bucketType: body.bucketType,
                         lifecycleRules: body.lifecycleRules ?? [],
-                        fileLockConfiguration: { value: { isFileLockEnabled: body.fileLockEnabled === true, defaultRetention: body.defaultRetention ?? null } },
+                        fileLockConfiguration: { value: { isFileLockEnabled: body.fileLockEnabled === true, defaultRetention: { mode: null, period: null } } },
                         versions: [],
                     };
                     buckets.set(bucket.bucketId, bucket);
@@ -139,6 +166,13 @@ export async function startFakeB2(): Promise<FakeB2> {
                     const bucket = buckets.get(body.bucketId);
                     if (!bucket) return fail(400, "bad_request", "no such bucket");
                     bucket.lifecycleRules = body.lifecycleRules ?? bucket.lifecycleRules;
+                    if (body.defaultRetention !== undefined) {
+                        const lock = (bucket.fileLockConfiguration as { value: { isFileLockEnabled: boolean; defaultRetention: unknown } }).value;
+                        // A default retention needs Object Lock, which is turned on at creation (or later), never off.
+                        if (!lock.isFileLockEnabled && body.fileLockEnabled !== true) return fail(400, "bad_request", "file lock is not enabled on this bucket");
+                        lock.isFileLockEnabled = true;
+                        lock.defaultRetention = body.defaultRetention;
+                    }
                     return send(200, publicBucket(bucket));
                 }
                 case "b2_delete_bucket": {
