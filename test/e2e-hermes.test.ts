@@ -27,6 +27,8 @@ import { installFiles, isRoot, run, TEST_TAILNET_DOMAIN, toolsAvailable, withTai
 const AGENT = "airlock-her";
 const SANDBOX_TAILNET = "100.100.7.1";
 const GATEWAY_TAILNET = "100.100.7.2";
+/** Where a tailnet node named like one of the runtime's compose services would point its name. */
+const PLANTED = "100.100.7.66";
 const MODEL_PORT = 18642;
 
 const canRun =
@@ -50,6 +52,7 @@ describe.runIf(canRun)(`Hermes Agent ${HERMES_VERSION} as the gateway runs it`, 
     let stateDir: string;
     let engineCalls: () => string[];
     let image: string;
+    let sandboxName: string;
 
     const compose = (args: string[]) => run("docker-compose", ["--project-name", "airlock", "--file", composeFile, ...args], { env: dockerd!.env, timeout: 300_000 });
     /** In the runtime's container, as the user the image runs Hermes as. */
@@ -123,6 +126,7 @@ describe.runIf(canRun)(`Hermes Agent ${HERMES_VERSION} as the gateway runs it`, 
             }),
         );
         const hosts = renderHosts(cfg);
+        sandboxName = cfg.hostnames.sandbox;
 
         // The sandbox: rendered sshd, wrapper and broker (a stand-in checkpoint engine), its egress rules.
         sandboxRoot = fs.mkdtempSync("/run/airlock-hermes-");
@@ -184,7 +188,7 @@ describe.runIf(canRun)(`Hermes Agent ${HERMES_VERSION} as the gateway runs it`, 
         // reach would make each lookup Hermes tries at start wait for Docker's 10 s timeout.
         resolver = spawnInNamespace(
             net.client,
-            `exec dnsmasq --keep-in-foreground --no-resolv --no-hosts --bind-interfaces --listen-address=${GATEWAY_TAILNET} --port=53 --host-record=${cfg.hostnames.sandbox}.${TEST_TAILNET_DOMAIN},${SANDBOX_TAILNET}`,
+            `exec dnsmasq --keep-in-foreground --no-resolv --no-hosts --bind-interfaces --listen-address=${GATEWAY_TAILNET} --port=53 --host-record=${cfg.hostnames.sandbox}.${TEST_TAILNET_DOMAIN},${SANDBOX_TAILNET} --host-record=${AGENT_SERVICE}.${TEST_TAILNET_DOMAIN},${PLANTED}`,
             path.join(work, "dnsmasq.log"),
         );
         fs.mkdirSync(`/etc/netns/${net.client}`, { recursive: true });
@@ -243,6 +247,15 @@ describe.runIf(canRun)(`Hermes Agent ${HERMES_VERSION} as the gateway runs it`, 
         } finally {
             userState("terminal section");
         }
+    });
+
+    it("the runtime's own compose names are Docker's, not those of a tailnet node named like them; the sandbox's is the tailnet's", () => {
+        // A node named like a compose service (red team: the memory database) would answer in the
+        // tailnet's domain; Docker's ndots:0 asks the name as it is first, and Docker answers it.
+        const own = asRuntime(["getent", "ahostsv4", AGENT_SERVICE]);
+        expect(own.stdout.split(/\s+/)[0], own.stdout).toMatch(/^\d+\.\d+\.\d+\.\d+$/);
+        expect(own.stdout).not.toContain(PLANTED);
+        expect(asRuntime(["getent", "ahostsv4", sandboxName]).stdout.split(/\s+/)[0]).toBe(SANDBOX_TAILNET);
     });
 
     it("the agent's command runs in the sandbox, on its record, and not in the runtime's container", () => {

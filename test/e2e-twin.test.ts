@@ -283,8 +283,9 @@ describe.runIf(canRun)("the twin", () => {
         const marker = `hermes-${crypto.randomBytes(6).toString("hex")}`;
         // Hermes gives each of its ssh calls a fixed 10-15 s (tools/environments/ssh.py). Under the
         // twin's emulation one command through the sandbox's wrapper takes 9-11 s (about 0.1 s on
-        // hardware, BENCHMARKS.md), so the driver scales those limits, and nothing else, by
-        // TIMEOUT_SCALE; test/e2e-hermes.test.ts runs the same Hermes at native speed unscaled.
+        // hardware, BENCHMARKS.md), so the driver scales the timeout of every subprocess.run in
+        // its own process (Hermes's ssh calls among them) by TIMEOUT_SCALE; nothing else changes,
+        // and test/e2e-hermes.test.ts runs the same Hermes at native speed unscaled.
         const drive = [
             "import json, subprocess, hermes_cli.main, cli",
             "_run = subprocess.run",

@@ -59,13 +59,19 @@ describe.runIf(toolsAvailable("airlock-tailnet-render", ["jq", "bash"]))("airloc
         ["an empty domain", ""],
         ["a domain with a slash (sed's delimiter)", "tail7e57.ts.net/g;s/x"],
         ["a domain with a newline (a second search line)", "tail7e57.ts.net\nnameserver 192.0.2.1"],
-        ["a single label", "localdomain"],
+        ["a label longer than 63 characters", `${"a".repeat(64)}.ts.net`],
         ["upper case or an underscore", "Tail_7e57.ts.net"],
     ])("refuses %s and writes nothing", (_, suffix) => {
         const result = render("search @TAILNET_DOMAIN@\n", suffix);
         expect(result.status).toBe(1);
         expect(result.stderr).toMatch(/^airlock-tailnet-render: the tailnet's MagicDNS domain is not a DNS name \('[^\n]*'\); \S+ not written\n$/);
         expect(result.leftovers).toEqual([]);
+    });
+
+    it("takes a single label (a Headscale base domain may be one)", () => {
+        const result = render("search @TAILNET_DOMAIN@\n", "tailnet");
+        expect(result.status, result.stderr).toBe(0);
+        expect(result.written).toBe("search tailnet\n");
     });
 
     it("does not ask for the domain where the template has no place for it", () => {

@@ -252,11 +252,11 @@ function agentServices(cfg: StackConfig, images: ResolvedImages): { services: Re
         // The sandbox's MagicDNS name is short (the ssh config's HostName), and a container
         // gets the search domains of its daemon's resolv.conf: the agent's rootless daemon
         // reads RootlessKit's, which has none. Without the tailnet's domain here the short
-        // name is asked of the public resolvers as it is (seen in the twin: Hermes's ssh went
-        // to an address the tailnet never gave). ndots:1, resolv.conf's default where Docker
-        // writes 0, tries a name without a dot in the tailnet's domain first.
+        // name is asked of the public resolvers only, which do not know it (seen in the twin:
+        // Hermes's ssh went to an address the tailnet never gave). Docker's ndots:0 stays: a
+        // name is asked as it is first, so the compose network's own names (the memory
+        // database) are answered by Docker before any tailnet node named like them could be.
         dns_search: [TAILNET_DOMAIN_PLACEHOLDER],
-        dns_opt: ["ndots:1"],
         volumes: [
             `${AGENT_STATE_VOLUME}:${runtime.statePath}`,
             // Hermes's own .env in that volume is airlock's, read-only: nothing the runtime writes sets a variable.
