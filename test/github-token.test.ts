@@ -337,7 +337,10 @@ describe.runIf(canRun)("airlock-github-token against a fake GitHub", () => {
             fs.chmodSync(path.join(bin, "airlock-github-token"), 0o755);
             // A stand-in ssh: what it was given, and the GITHUB_TOKEN it would send (SendEnv).
             fs.writeFileSync(path.join(bin, "ssh"), `#!/bin/bash\nprintf '%s\\n' "$@" > ${dir}/ssh-argv\nprintf '%s' "\${GITHUB_TOKEN:-}" > ${dir}/ssh-token\n`, { mode: 0o755 });
-            const ran = await runTool(["bash", "-euo", "pipefail", "-c", readmeBlock("GITHUB_TOKEN=\"$(airlock-github-token")], "", {
+            // --norc: bash with a socket for stdin (Node's pipes are socketpairs) at shell level 1
+            // reads /etc/bash.bashrc as if sshd had started it, and Debian's fails under -u (seen
+            // when the suite ran without SHLVL in its environment).
+            const ran = await runTool(["bash", "--norc", "-euo", "pipefail", "-c", readmeBlock("GITHUB_TOKEN=\"$(airlock-github-token")], "", {
                 ...process.env,
                 PATH: `${bin}:${process.env.PATH}`,
                 AIRLOCK_GITHUB_TOKEN_SOCKET: socketPath,
