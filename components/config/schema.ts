@@ -156,8 +156,7 @@ const workloads = z
         browser: z.strictObject({ enabled: z.boolean().default(true), image: image.default("chromedp/headless-shell:stable"), ...serviceOverrides }).prefault({}),
         postgres: optionalService(`postgres:${SHELL_PG_DUMP_MAJOR}-bookworm`).prefault({}),
         redis: optionalService("redis:7-bookworm").prefault({}),
-        /** An API bound to 127.0.0.1 only. */
-        /** No default image: there is no such thing as airlock's API. */
+        /** An API bound to 127.0.0.1 only; its image has no default (airlock ships no API). */
         api: z
             .strictObject({ enabled: z.boolean().default(false), image: image.optional(), port: z.number().int().min(1024).max(65535).default(8080), ...serviceOverrides })
             .prefault({}),
