@@ -1,6 +1,6 @@
 import * as pulumi from "@pulumi/pulumi";
 import { configFromPulumiRuntime, ConfigError } from "./components/config/load";
-import { existingBreakGlassKey } from "./components/breakGlassKey";
+import { existingBreakGlassKeyId } from "./components/breakGlassKey";
 import { Deployment } from "./components/deployment";
 
 /**
@@ -17,7 +17,7 @@ export = async () => {
         if (err instanceof ConfigError) throw new pulumi.RunError(err.message);
         throw err;
     }
-    const deployment = new Deployment(config.prefix, { config, existingBreakGlassKey: await existingBreakGlassKey(config.breakGlassSshPublicKey, config.prefix) });
+    const deployment = new Deployment(config.prefix, { config, existingBreakGlassKeyId: await existingBreakGlassKeyId(config.breakGlassSshPublicKey, config.prefix) });
     return {
         gatewayHostname: deployment.gateway.hostname,
         sandboxHostname: deployment.sandbox.hostname,

@@ -3,7 +3,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import * as YAML from "yaml";
 import { ConfigError, ownKeys, parseStackConfig, PROJECT, readStackFile } from "../components/config/load";
-import { EU_LOCATIONS, LOCATIONS, OUTSIDE_EU_EQUIVALENT } from "../components/config/schema";
+import { LOCATIONS, offeredInstead } from "../components/config/schema";
 import type { Finding } from "../policies/engine/finding";
 import { failing, loadPolicy } from "../policies/policy";
 import { gatePlan } from "./gate";
@@ -91,8 +91,8 @@ export async function forkStack(options: ForkOptions): Promise<ForkResult> {
         for (const role of ["gateway", "sandbox"]) {
             config.setIn([`${PROJECT}:${role}`, "location"], region);
             // Outside Europe Hetzner sells no CX or CAX type: the CPX type of the same size (listed in the changes).
-            const type = String(config.getIn([`${PROJECT}:${role}`, "serverType"]));
-            if (!(EU_LOCATIONS as readonly string[]).includes(region) && OUTSIDE_EU_EQUIVALENT[type]) config.setIn([`${PROJECT}:${role}`, "serverType"], OUTSIDE_EU_EQUIVALENT[type]);
+            const instead = offeredInstead(String(config.getIn([`${PROJECT}:${role}`, "serverType"])), region);
+            if (instead) config.setIn([`${PROJECT}:${role}`, "serverType"], instead);
         }
     }
     stillNeeded.push(

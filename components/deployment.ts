@@ -4,15 +4,14 @@ import * as tls from "@pulumi/tls";
 import type { StackConfig } from "./config/schema";
 import { GatewayHost } from "./gatewayHost";
 import { BackupBucket } from "./backupBucket";
-import type { ExistingSshKey } from "./breakGlassKey";
 import { SandboxHost } from "./sandboxHost";
 import { Tailnet } from "./tailnet";
 import { Workloads } from "./workloads/workloads";
 
 export interface DeploymentArgs {
     config: StackConfig;
-    /** The project's key with the break-glass public key, when another stack or the console made it (existingBreakGlassKey). */
-    existingBreakGlassKey?: ExistingSshKey;
+    /** The id of the project's key with the break-glass public key, when another stack or the console made it (existingBreakGlassKeyId). */
+    existingBreakGlassKeyId?: string;
 }
 
 /** One airlock environment: a gateway and a sandbox on a private tailnet. */
@@ -30,7 +29,7 @@ export class Deployment extends pulumi.ComponentResource {
 
         // One key per fingerprint and project: an existing one is used, never created twice.
         const breakGlassSshKeyId =
-            args.existingBreakGlassKey?.id ??
+            args.existingBreakGlassKeyId ??
             new hcloud.SshKey(
                 `${name}-break-glass`,
                 { name: `${cfg.prefix}-break-glass`, publicKey: cfg.breakGlassSshPublicKey, labels: { airlock: cfg.prefix } },

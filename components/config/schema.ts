@@ -38,13 +38,17 @@ export const WITHDRAWN_SERVER_TYPES: Record<string, string> = {
 };
 
 /** Hetzner offers its CX (cost-optimised) and CAX (Arm) types in its European locations only. */
-export const EU_ONLY_SERVER_TYPES = /^ca?x\d/;
 export const EU_LOCATIONS = ["fsn1", "nbg1", "hel1"] as const;
-/** Where a CX or CAX type is not offered, the CPX type with the same vCPUs and memory. */
-export const OUTSIDE_EU_EQUIVALENT: Record<string, string> = {
+/** Each CX and CAX type, with the CPX type of the same vCPUs and memory that is offered everywhere. */
+const EU_ONLY_SERVER_TYPES: Record<string, string> = {
     cx23: "cpx22", cx33: "cpx32", cx43: "cpx42", cx53: "cpx62",
     cax11: "cpx22", cax21: "cpx32", cax31: "cpx42", cax41: "cpx62",
 };
+
+/** The CPX type to use in `location` instead of `serverType`, when Hetzner does not offer that one there. */
+export function offeredInstead(serverType: string, location: string): string | undefined {
+    return (EU_LOCATIONS as readonly string[]).includes(location) ? undefined : EU_ONLY_SERVER_TYPES[serverType];
+}
 
 /** The AdGuard Home release templates/adguard/AdGuardHome.yaml is written for (its schema_version: 29). */
 export const ADGUARD_HOME_VERSION = "v0.107.63";
@@ -445,11 +449,12 @@ export const stackConfigSchema = stackConfigBase
     .superRefine((cfg, ctx) => {
         for (const role of ["gateway", "sandbox"] as const) {
             const { serverType, location } = cfg[role];
-            if (EU_ONLY_SERVER_TYPES.test(serverType) && !(EU_LOCATIONS as readonly string[]).includes(location)) {
+            const instead = offeredInstead(serverType, location);
+            if (instead) {
                 ctx.addIssue({
                     code: "custom",
                     path: [role, "serverType"],
-                    message: `${serverType} is not offered in ${location} (CX and CAX types are in ${EU_LOCATIONS.join(", ")} only): use ${OUTSIDE_EU_EQUIVALENT[serverType]} there`,
+                    message: `${serverType} is not offered in ${location} (CX and CAX types are in ${EU_LOCATIONS.join(", ")} only): use ${instead} there`,
                 });
             }
         }
