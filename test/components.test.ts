@@ -113,6 +113,7 @@ describe.each(SHIPPED_STACKS)("the %s stack under mocks", (stack) => {
         const { gatewayTag: gw, sandboxTag: sb } = ops.config.tailnet;
         const policy = JSON.parse(artifactsOf(resourceNamed(ops, T.stash, `${ops.config.prefix}-tailnet-artifacts`).inputs)!["policy.hujson"]);
         expect(policy.grants.filter((g: any) => !g.src.includes(gw) && !g.src.includes(sb))).toEqual([{ src: ["alice@example.com", "tag:ci-operator"], dst: [gw], ip: ["tcp:22"] }]);
+        expect(policy.tagOwners["tag:ci-operator"]).toEqual(["autogroup:admin"]);
         for (const src of ["alice@example.com", "tag:ci-operator"]) {
             expect(policy.tests).toContainEqual({ src, proto: "tcp", accept: [`${gw}:22`], deny: [`${sb}:22`, `${sb}:9222`, `${gw}:10053`] });
         }

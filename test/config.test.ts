@@ -53,6 +53,13 @@ describe("stack config schema", () => {
         expect(problemsOf(file)).toEqual([`${file}: airlock:sandbox.serverType: withdrawn by Hetzner (not orderable since 2026-01-01): use ${successor} instead, got the string "${withdrawn}"`]);
     });
 
+    it("refuses a host's tag among the operators: this stack's gateway or sandbox, or any sandbox's", () => {
+        for (const tag of ["tag:airlock-dev-sandbox", "tag:airlock-dev-gateway", "tag:airlock-prod-sandbox"]) {
+            const file = editedStack("dev", (c) => (c["airlock:tailnet"].operators = ["alice@example.com", tag]));
+            expect(problemsOf(file)).toEqual([`${file}: airlock:tailnet.operators[1]: ${tag} is a host's tag: operators are people or their CI, never the gateway or a sandbox`]);
+        }
+    });
+
     it("an enabled API needs its image: there is no default one", () => {
         const file = editedStack("dev", (c) => (c["airlock:workloads"].api = { enabled: true }));
         expect(problemsOf(file)).toEqual([`${file}: airlock:workloads.api.image: required when airlock:workloads.api.enabled is true`]);

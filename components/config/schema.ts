@@ -458,6 +458,14 @@ export const stackConfigSchema = stackConfigBase
                 });
             }
         }
+        // An operator is a person (or their CI), never a host of airlock's: a sandbox's tag here would let
+        // a sandbox (this stack's, or another's, which no test of this policy names) reach the gateway's sshd.
+        const { gatewayTag, sandboxTag } = hostTags(cfg);
+        cfg.tailnet.operators.forEach((operator, i) => {
+            if (operator === gatewayTag || operator === sandboxTag || /^tag:.*-sandbox$/.test(operator)) {
+                ctx.addIssue({ code: "custom", path: ["tailnet", "operators", i], message: `${operator} is a host's tag: operators are people or their CI, never the gateway or a sandbox` });
+            }
+        });
         if (cfg.gateway.adminUser === cfg.agent.user) {
             ctx.addIssue({ code: "custom", path: ["gateway", "adminUser"], message: "must differ from agent.user" });
         }
@@ -489,6 +497,11 @@ export const stackConfigSchema = stackConfigBase
     })
     .transform(withDerivedDefaults);
 
+/** The hosts' tailnet tags: the stack's, or derived from its prefix. */
+function hostTags(cfg: Pick<z.output<typeof stackConfigBase>, "prefix" | "tailnet">) {
+    return { gatewayTag: cfg.tailnet.gatewayTag ?? `tag:${cfg.prefix}-gateway`, sandboxTag: cfg.tailnet.sandboxTag ?? `tag:${cfg.prefix}-sandbox` };
+}
+
 /** Tags and hostnames follow from the prefix unless set, so a forked stack is unique by default. */
 function withDerivedDefaults(cfg: z.output<typeof stackConfigBase>) {
     const perSession = cfg.sandbox.sessions.mode === "per-session";
@@ -499,11 +512,7 @@ function withDerivedDefaults(cfg: z.output<typeof stackConfigBase>) {
             // Per-session mode: the client names its session with this variable, so sshd must accept it.
             envAllowlist: perSession && !cfg.agent.envAllowlist.includes(SESSION_ENV) ? [...cfg.agent.envAllowlist, SESSION_ENV] : cfg.agent.envAllowlist,
         },
-        tailnet: {
-            ...cfg.tailnet,
-            gatewayTag: cfg.tailnet.gatewayTag ?? `tag:${cfg.prefix}-gateway`,
-            sandboxTag: cfg.tailnet.sandboxTag ?? `tag:${cfg.prefix}-sandbox`,
-        },
+        tailnet: { ...cfg.tailnet, ...hostTags(cfg) },
         hostnames: { gateway: `${cfg.prefix}-gateway`, sandbox: `${cfg.prefix}-sandbox` },
     };
 }

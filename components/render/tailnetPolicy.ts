@@ -44,10 +44,8 @@ export function renderTailnetPolicy({ gatewayTag, sandboxTag, tagOwners, operato
     // A test runs as a user or a tag: an autogroup has none to run as.
     const testable = operators.filter((o) => !o.startsWith("autogroup:"));
     return {
-        tagOwners: {
-            [gatewayTag]: [...tagOwners],
-            [sandboxTag]: [...tagOwners],
-        },
+        // Every tag the policy names has its owners (Tailscale refuses a policy with an undefined tag).
+        tagOwners: Object.fromEntries([gatewayTag, sandboxTag, ...operators.filter((o) => o.startsWith("tag:"))].map((tag) => [tag, [...tagOwners]])),
         grants: [
             { src: [gatewayTag], dst: [sandboxTag], ip: [...GATEWAY_TO_SANDBOX_PORTS] },
             { src: [sandboxTag], dst: [gatewayTag], ip: [...SANDBOX_TO_GATEWAY_PORTS] },
