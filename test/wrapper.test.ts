@@ -2,7 +2,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
-import { installWrapperFiles, recordEntries, startBroker, TestBroker } from "./helpers/broker";
+import { brokerClient, installWrapperFiles, recordEntries, startBroker, TestBroker } from "./helpers/broker";
 import { egressRulesFor, inEgressNamespace } from "./helpers/egress";
 import { editedStack, REPO, tempDir, renderHosts } from "./helpers/stacks";
 import { run, toolsAvailable } from "./helpers/tools";
@@ -136,6 +136,24 @@ describe.runIf(toolsAvailable("wrapper tests", ["bash", "socat", "systemd-socket
         expect(result.stderr).toMatch(/^airlock: command refused: it cannot be put on the record \(no reply from the broker at .*\)$/m);
         expect(fs.existsSync(path.join(dir, "state", "docker-args"))).toBe(false);
         expect(fs.existsSync(path.join(dir, "workspace", "ran"))).toBe(false);
+    });
+
+    it("waits for a checkpoint verb as long as the broker lets the engine run, for a record append only briefly", () => {
+        // A broker that answers every request after 2 s: a restore under emulation (the twin under TCG)
+        // takes longer than a record append may. The record's wait is scaled to 1 s here.
+        const dir = tempDir("broker-wait");
+        const socket = path.join(dir, "broker.sock");
+        const client = brokerClient(renderHosts(readStackFile(editedStack("dev", () => undefined))).sandbox, socket);
+        if (!client.includes("BROKER_RECORD_SECONDS=30\n")) throw new Error("broker client: record wait not found");
+        fs.writeFileSync(path.join(dir, "client.bash"), client.replace("BROKER_RECORD_SECONDS=30\n", "BROKER_RECORD_SECONDS=1\n"));
+        fs.writeFileSync(path.join(dir, "slow-broker"), "#!/bin/bash\nread -r request\nsleep 2\necho data \"${request%% *}\"\necho ok\n", { mode: 0o755 });
+        const call = (request: string) =>
+            run("bash", ["--norc", "-c", `socat UNIX-LISTEN:${socket},fork EXEC:${dir}/slow-broker & listener=$!
+                for _ in $(seq 50); do [[ -S ${socket} ]] && break; sleep 0.1; done
+                source ${dir}/client.bash; broker_connect; broker_call ${request}; status=$?
+                kill $listener; echo "$status|\${BROKER_DATA[*]:-}|\${BROKER_ERROR}"`]);
+        expect(call("restore workspace=shared last=yes").stdout.trim()).toBe(`0|restore|no reply from the broker at ${socket}`);
+        expect(call("record-begin command=dHJ1ZQ==").stdout.trim()).toBe(`1||no reply from the broker at ${socket}`);
     });
 
     it("hands the gateway's record pull to the broker and runs nothing in the container", async () => {

@@ -8,8 +8,11 @@
 # completes the record itself if this process is killed.
 
 readonly BROKER_SOCKET=/run/airlock/broker.sock
-# Seconds to wait for one reply (a record append is one fsync).
-readonly BROKER_REPLY_SECONDS=30
+# Seconds to wait for one reply: a record append is one fsync; the other verbs
+# (checkpoint, restore, session) run the checkpoint engine, which the broker gives
+# 600 s (a restore restarts the workspace's containers; under emulation, over 30 s).
+readonly BROKER_RECORD_SECONDS=30
+readonly BROKER_ENGINE_SECONDS=610
 
 broker_connect() {
 	coproc BROKER { exec socat -t 5 - "UNIX-CONNECT:${BROKER_SOCKET}" 2>/dev/null; }
@@ -21,14 +24,15 @@ broker_call() {
 	BROKER_DATA=()
 	BROKER_ERROR="no reply from the broker at ${BROKER_SOCKET}"
 	# bash drops BROKER once the connection's process has exited (nothing listening).
-	local to="${BROKER[1]:-}" from="${BROKER[0]:-}" line status=0
+	local to="${BROKER[1]:-}" from="${BROKER[0]:-}" line status=0 wait=$BROKER_ENGINE_SECONDS
+	[[ "$1" == record-* ]] && wait=$BROKER_RECORD_SECONDS
 	[[ -n "$to" && -n "$from" ]] || return 1
 	# A broker that is gone must fail this call, not kill the wrapper with SIGPIPE.
 	trap '' PIPE
 	{ printf '%s\n' "$*" >&"$to"; } 2>/dev/null || status=1
 	trap - PIPE
 	((status == 0)) || return 1
-	while IFS= read -r -t "$BROKER_REPLY_SECONDS" -u "$from" line 2>/dev/null; do
+	while IFS= read -r -t "$wait" -u "$from" line 2>/dev/null; do
 		case "$line" in
 		ok) return 0 ;;
 		"error "*) BROKER_ERROR="${line#error }" && return 1 ;;
