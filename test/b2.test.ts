@@ -62,6 +62,11 @@ describe("the B2 dynamic provider against the fake B2", () => {
 
         const diff = await keyProvider.diff!(created.id, inputs, { ...inputs, capabilities: [...HOST_CAPABILITIES, "deleteFiles"] });
         expect(diff).toMatchObject({ changes: true, replaces: ["capabilities"] });
+        // A refresh that finds B2 listing the same capabilities in another order keeps the key.
+        b2.keys.get(created.id)!.capabilities.reverse();
+        const refreshed = await keyProvider.read!(created.id, created.outs);
+        expect(refreshed.props.capabilities).not.toEqual(HOST_CAPABILITIES);
+        expect(await keyProvider.diff!(created.id, refreshed.props, inputs)).toMatchObject({ changes: false, replaces: [] });
 
         await keyProvider.delete!(created.id, created.outs);
         expect(b2.keys.has(created.id)).toBe(false);

@@ -18,6 +18,10 @@ function client(): B2Client {
     return new B2Client({ applicationKeyId, applicationKey, authUrl: process.env.B2_AUTH_URL });
 }
 
+/** The inputs B2 cannot change on an existing bucket or key (each provider's diff replaces it for them). */
+export const B2_BUCKET_REPLACED_BY = ["bucketName", "objectLockDays"] as const;
+export const B2_KEY_REPLACED_BY = ["purpose", "keyName", "capabilities", "bucketId", "namePrefix"] as const;
+
 export interface BucketInputs {
     b2Kind: "bucket";
     bucketName: string;
@@ -43,7 +47,7 @@ export const bucketProvider: pulumi.dynamic.ResourceProvider = {
         return { id, props: { ...props, bucketName: bucket.bucketName, bucketId: id, lifecycleRules: bucket.lifecycleRules, retentionDays: hiding ?? props.retentionDays } };
     },
     async diff(_id: string, olds: BucketInputs, news: BucketInputs) {
-        const replaces = (["bucketName", "objectLockDays"] as const).filter((k) => olds[k] !== news[k]);
+        const replaces = B2_BUCKET_REPLACED_BY.filter((k) => olds[k] !== news[k]);
         const changes = replaces.length > 0 || olds.retentionDays !== news.retentionDays;
         return { changes, replaces, deleteBeforeReplace: replaces.includes("bucketName") ? false : undefined };
     },
@@ -79,8 +83,10 @@ export const keyProvider: pulumi.dynamic.ResourceProvider = {
         return { id, props: { ...props, applicationKeyId: id, capabilities: key.capabilities, bucketId: key.bucketId ?? undefined, keyName: key.keyName } };
     },
     async diff(_id: string, olds: KeyInputs, news: KeyInputs) {
-        // Keys are immutable in B2: any change is a new key.
-        const replaces = (["purpose", "keyName", "capabilities", "bucketId", "namePrefix"] as const).filter((k) => JSON.stringify(olds[k]) !== JSON.stringify(news[k]));
+        // Keys are immutable in B2: any change is a new key. Capabilities are a set: B2
+        // lists them in an order of its own, which a refresh must not turn into a new key.
+        const comparable = (inputs: KeyInputs, k: (typeof B2_KEY_REPLACED_BY)[number]) => JSON.stringify(k === "capabilities" ? [...(inputs.capabilities ?? [])].sort() : inputs[k]);
+        const replaces = B2_KEY_REPLACED_BY.filter((k) => comparable(olds, k) !== comparable(news, k));
         return { changes: replaces.length > 0, replaces };
     },
     async delete(id: string) {
