@@ -31,7 +31,7 @@ export = async () => {
                 Object.fromEntries(
                     Object.entries(deployment.backups).map(([machine, b]) => [
                         machine,
-                        { repository: `b2:${b.bucketName}:/`, keyId: b.hostKeyId, key: b.hostKey },
+                        { repository: pulumi.interpolate`b2:${b.bucketName}:/`, keyId: b.hostKeyId, key: b.hostKey },
                     ]),
                 ),
             ),

@@ -25,6 +25,18 @@ export interface PlannedResource {
     parent?: string;
     custom: boolean;
     inputs: Record<string, unknown>;
+    /** The resource options that decide what a later `up` does to it (only those set). */
+    options: ResourceOptionsPlanned;
+    /** Input -> the URNs of the resources its value comes from (only inputs that have some). */
+    propertyDependencies: Record<string, string[]>;
+}
+
+export interface ResourceOptionsPlanned {
+    protect?: boolean;
+    retainOnDelete?: boolean;
+    deleteBeforeReplace?: boolean;
+    ignoreChanges?: string[];
+    replaceOnChanges?: string[];
 }
 
 export interface StackPlan {
@@ -163,9 +175,37 @@ interface RegisterRequest {
     getParent(): string;
     getCustom(): boolean;
     getObject(): { toJavaScript(): Record<string, unknown> } | undefined;
+    getProtect(): boolean | undefined;
+    getRetainondelete(): boolean | undefined;
+    getDeletebeforereplace(): boolean;
+    getIgnorechangesList(): string[];
+    getReplaceonchangesList(): string[];
+    getPropertydependenciesMap(): { forEach(cb: (value: { getUrnsList(): string[] }, key: string) => void): void };
 }
 
-/** Wraps the mock monitor to see what the engine would: urn, parent and raw inputs. */
+function propertyDependenciesOf(req: RegisterRequest): Record<string, string[]> {
+    const out: Record<string, string[]> = {};
+    req.getPropertydependenciesMap().forEach((value, key) => {
+        const urns = value.getUrnsList();
+        if (urns.length > 0) out[key] = [...urns].sort();
+    });
+    return Object.fromEntries(Object.entries(out).sort(([a], [b]) => (a < b ? -1 : 1)));
+}
+
+/** The options of a registration that are set, as the engine keeps them. */
+function optionsOf(req: RegisterRequest): ResourceOptionsPlanned {
+    const ignoreChanges = req.getIgnorechangesList();
+    const replaceOnChanges = req.getReplaceonchangesList();
+    return {
+        ...(req.getProtect() ? { protect: true } : {}),
+        ...(req.getRetainondelete() ? { retainOnDelete: true } : {}),
+        ...(req.getDeletebeforereplace() ? { deleteBeforeReplace: true } : {}),
+        ...(ignoreChanges.length > 0 ? { ignoreChanges } : {}),
+        ...(replaceOnChanges.length > 0 ? { replaceOnChanges } : {}),
+    };
+}
+
+/** Wraps the mock monitor to see what the engine would: urn, parent, raw inputs and options. */
 function recordRegistrations(into: PlannedResource[]): void {
     const monitor = pulumi.runtime.getMonitor() as unknown as {
         registerResource(req: RegisterRequest, cb: (err: unknown, res?: { getUrn(): string; getId(): string }) => void): Promise<void>;
@@ -183,6 +223,8 @@ function recordRegistrations(into: PlannedResource[]): void {
                     ...(parent ? { parent } : {}),
                     custom: req.getCustom(),
                     inputs: asPreviewValue(req.getObject()?.toJavaScript() ?? {}) as Record<string, unknown>,
+                    options: optionsOf(req),
+                    propertyDependencies: propertyDependenciesOf(req),
                 });
             }
             callback(err, response);

@@ -5,14 +5,20 @@ import { parseCloudInit } from "../policies/engine/cloudInit";
 import * as YAML from "yaml";
 import type { Finding } from "../policies/engine/finding";
 import { resourceLines } from "./check";
-import { OFFLINE_DIGEST, PlannedResource, StackPlan } from "./offline";
+import { OFFLINE_DIGEST, PlannedResource, ResourceOptionsPlanned, StackPlan } from "./offline";
 
 /** `pulumi preview --json`, the parts airlock reads and writes. */
 export interface PreviewJson {
     steps: {
         op: string;
         urn: string;
-        newState: { type: string; urn: string; custom: boolean; parent?: string; inputs: Record<string, unknown> };
+        /**
+         * protect and retainOnDelete as the engine's state has them; ignoreChanges,
+         * deleteBeforeReplace and replaceOnChanges are airlock's additions (the engine
+         * keeps them out of preview's JSON), for `plan --against`; propertyDependencies
+         * as in the engine's state.
+         */
+        newState: { type: string; urn: string; custom: boolean; parent?: string; inputs: Record<string, unknown>; propertyDependencies?: Record<string, string[]> } & ResourceOptionsPlanned;
     }[];
 }
 
@@ -21,7 +27,15 @@ export function toPreviewJson(plan: StackPlan): PreviewJson {
         steps: plan.resources.map((r) => ({
             op: "create",
             urn: r.urn,
-            newState: { type: r.type, urn: r.urn, custom: r.custom, ...(r.parent ? { parent: r.parent } : {}), inputs: r.inputs },
+            newState: {
+                type: r.type,
+                urn: r.urn,
+                custom: r.custom,
+                ...(r.parent ? { parent: r.parent } : {}),
+                ...r.options,
+                inputs: r.inputs,
+                ...(Object.keys(r.propertyDependencies).length > 0 ? { propertyDependencies: r.propertyDependencies } : {}),
+            },
         })),
     };
 }

@@ -34,7 +34,8 @@ export function bucketNameFor(prefix: string, machine: string, uniqueSeed: strin
  * asked - a prune key that stays with the operator.
  */
 export class BackupBucket extends pulumi.ComponentResource {
-    readonly bucketName: string;
+    /** The name the bucket was created with (kept when its seed changes later). */
+    readonly bucketName: pulumi.Output<string>;
     readonly bucketId: pulumi.Output<string>;
     readonly hostKeyId: pulumi.Output<string>;
     /** A secret: delivered to the gateway after boot, never in user_data. */
@@ -44,12 +45,13 @@ export class BackupBucket extends pulumi.ComponentResource {
 
     constructor(name: string, args: BackupBucketArgs, opts?: pulumi.ComponentResourceOptions) {
         super("airlock:index:BackupBucket", name, {}, opts);
-        this.bucketName = bucketNameFor(args.prefix, args.machine, args.uniqueSeed);
         const bucket = new B2Bucket(
             `${name}-bucket`,
-            { bucketName: this.bucketName, retentionDays: args.retentionDays, ...(args.objectLockDays ? { objectLockDays: args.objectLockDays } : {}) },
-            { parent: this },
+            { bucketName: bucketNameFor(args.prefix, args.machine, args.uniqueSeed), retentionDays: args.retentionDays, ...(args.objectLockDays ? { objectLockDays: args.objectLockDays } : {}) },
+            // The name is chosen once: a new seed (a rotated break-glass key) never re-targets the backups.
+            { parent: this, ignoreChanges: ["bucketName"] },
         );
+        this.bucketName = bucket.bucketName;
         this.bucketId = bucket.bucketId;
         const key = (role: "host" | "prune", purpose: "host" | "operator", capabilities: string[]) =>
             new B2ApplicationKey(

@@ -119,8 +119,11 @@ export function provisionHost(
         // hcloud server names are unique: the old server must go before its replacement.
         // Its SSH keys are read once, at creation (the break-glass way in is the rescue
         // system, which takes its keys when enabled): a key that changes since, or moves
-        // to another stack's copy, never replaces the server.
-        { parent, deleteBeforeReplace: true, protect: args.server.protect, ignoreChanges: ["sshKeys"] },
+        // to another stack's copy, never replaces the server. The gateway is a pet (it
+        // holds the agent's state, keys and record copies): its user_data is read once
+        // too, so a changed template or image never replaces it; replacing it is the
+        // operator's explicit act (README "Day two").
+        { parent, deleteBeforeReplace: true, protect: args.server.protect, ignoreChanges: role === "gateway" ? ["sshKeys", "userData"] : ["sshKeys"] },
     );
 
     return { firewall, joinKey, server };

@@ -1,0 +1,142 @@
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { describe, expect, it } from "vitest";
+import { Change, changesBetween, formatChanges, readPlannedResources } from "../cli/changes";
+import { planStack, StackPlan } from "../cli/offline";
+import { previewText } from "../cli/plan";
+import { editedStack, REPO, stackFile, tempDir } from "./helpers/stacks";
+import { run } from "./helpers/tools";
+
+/**
+ * What a change to one stack setting does on the next `up`, decided from the plans
+ * before and after the change (the providers' force-new inputs, the resources'
+ * ignoreChanges and protect). The table in docs/day-two.md is this test's output.
+ */
+
+type Stack = "dev" | "prod";
+interface Setting {
+    setting: string;
+    stack: Stack;
+    edit: (config: Record<string, any>) => void;
+}
+
+const SETTINGS: Setting[] = [
+    { setting: "`gateway.serverType` (cx23 → cx33)", stack: "dev", edit: (c) => (c["airlock:gateway"].serverType = "cx33") },
+    { setting: "`gateway.location`", stack: "dev", edit: (c) => (c["airlock:gateway"].location = "fsn1") },
+    { setting: "`gateway.location` in prod (`protect: true`)", stack: "prod", edit: (c) => (c["airlock:gateway"].location = "nbg1") },
+    { setting: "`gateway.image` (debian-12 → debian-13)", stack: "dev", edit: (c) => (c["airlock:gateway"].image = "debian-13") },
+    { setting: "`gateway.agent.image`", stack: "dev", edit: (c) => (c["airlock:gateway"].agent.image = "nousresearch/hermes-agent:v2026.8.1") },
+    { setting: "`sandbox.serverType` (cx23 → cx33)", stack: "dev", edit: (c) => (c["airlock:sandbox"].serverType = "cx33") },
+    { setting: "`sandbox.location`", stack: "dev", edit: (c) => (c["airlock:sandbox"].location = "fsn1") },
+    { setting: "`sandbox.workspaceVolumeGb` (10 → 20)", stack: "dev", edit: (c) => (c["airlock:sandbox"].workspaceVolumeGb = 20) },
+    { setting: "`sandbox.checkpoints.keep`", stack: "dev", edit: (c) => (c["airlock:sandbox"].checkpoints = { keep: 30 }) },
+    { setting: "`agent.envAllowlist`", stack: "dev", edit: (c) => c["airlock:agent"].envAllowlist.push("TASK_ID") },
+    { setting: "`dns.mode` (observe → allowlist)", stack: "dev", edit: (c) => (c["airlock:dns"] = { mode: "allowlist", allowlist: ["github.com"] }) },
+    { setting: "`workloads.sandboxShell.image`", stack: "dev", edit: (c) => (c["airlock:workloads"].sandboxShell.image = "debian:trixie-slim") },
+    { setting: "`tailnet.keyExpirySeconds`", stack: "dev", edit: (c) => (c["airlock:tailnet"].keyExpirySeconds = 3600) },
+    { setting: "`backup.retentionDays` (30 → 60)", stack: "dev", edit: (c) => (c["airlock:backup"].retentionDays = 60) },
+    {
+        setting: "`breakGlassSshPublicKey` (a rotated key)",
+        stack: "dev",
+        edit: (c) => (c["airlock:breakGlassSshPublicKey"] = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMx7R7HQ0DgG5nU2VSkD0m8sXhN1c8yZbqzB3hVwq0T1 break-glass-2027@example"),
+    },
+];
+
+const WORDS: Record<Change["action"], string> = {
+    create: "created",
+    update: "updated in place",
+    replace: "**replaced**",
+    refused: "**refused** (protected: `up` fails)",
+    kept: "kept",
+    delete: "**deleted**",
+    retained: "dropped from the stack, kept in the cloud",
+};
+
+const DOC = path.join(REPO, "docs", "day-two.md");
+const BEGIN = "<!-- BEGIN changes table: test/day-two.test.ts writes it (AIRLOCK_WRITE_DOCS=1) -->";
+const END = "<!-- END changes table -->";
+
+const word = (c: Change) => (c.action === "kept" ? `kept (ignores its \`${c.ignored.join("`, `")}\`)` : WORDS[c.action]);
+const cell = (changes: Change[]) => (changes.length === 0 ? "unchanged" : changes.map(word).join(", "));
+const others = (changes: Change[], prefix: string) => (changes.length === 0 ? "nothing" : changes.map((c) => `${c.name.replace(`${prefix}-`, "")}: ${word(c)}`).join("; "));
+
+describe("day two: what a change does on the next up", () => {
+    const plans = new Map<Stack, Promise<StackPlan>>();
+    const base = (stack: Stack) => {
+        if (!plans.has(stack)) plans.set(stack, planStack(stackFile(stack), stack));
+        return plans.get(stack)!;
+    };
+
+    it("a change to a host's files never replaces the gateway; the sandbox is replaced; docs/day-two.md's table is this run's", async () => {
+        const rows: string[] = [];
+        const verdicts = new Map<string, { gateway: Change[]; sandbox: Change[]; rest: Change[] }>();
+        for (const { setting, stack, edit } of SETTINGS) {
+            const before = await base(stack);
+            const after = await planStack(editedStack(stack, edit), stack);
+            const changes = changesBetween(before.resources, after.resources);
+            const server = (role: string) => changes.filter((c) => c.name === `${before.config.prefix}-${role}-server`);
+            const verdict = { gateway: server("gateway"), sandbox: server("sandbox"), rest: changes.filter((c) => !c.name.endsWith("-server")) };
+            verdicts.set(setting, verdict);
+            rows.push(`| ${setting} | ${cell(verdict.gateway)} | ${cell(verdict.sandbox)} | ${others(verdict.rest, before.config.prefix)} |`);
+        }
+        // The consequences that matter most, asserted on their own.
+        const of = (setting: string) => verdicts.get(SETTINGS.find((s) => s.setting.startsWith(setting))!.setting)!;
+        for (const setting of ["`agent.envAllowlist`", "`dns.mode`", "`gateway.agent.image`", "`tailnet.keyExpirySeconds`"]) {
+            expect(of(setting).gateway.map((c) => [c.action, c.ignored]), setting).toEqual([["kept", ["userData"]]]);
+        }
+        for (const setting of ["`agent.envAllowlist`", "`dns.mode`", "`tailnet.keyExpirySeconds`", "`sandbox.checkpoints.keep`"]) {
+            expect(of(setting).sandbox.map((c) => c.action), setting).toEqual(["replace"]);
+        }
+        expect(of("`gateway.serverType`").gateway.map((c) => c.action)).toEqual(["update"]);
+        expect(of("`gateway.location` in prod").gateway.map((c) => c.action)).toEqual(["refused"]);
+        expect(of("`sandbox.workspaceVolumeGb`").rest.map((c) => [c.name, c.action])).toEqual([["airlock-dev-sandbox-workspace", "update"]]);
+        expect(of("`backup.retentionDays`").rest.every((c) => c.action === "update")).toBe(true);
+        // A rotated break-glass key re-targets no backup bucket and replaces no server.
+        expect(of("`breakGlassSshPublicKey`").rest.map((c) => [c.name, c.action, c.ignored])).toEqual([
+            ["airlock-dev-gateway-backups-bucket", "kept", ["bucketName"]],
+            ["airlock-dev-sandbox-backups-bucket", "kept", ["bucketName"]],
+            ["airlock-dev-break-glass", "replace", []],
+        ]);
+        expect([...of("`breakGlassSshPublicKey`").gateway, ...of("`breakGlassSshPublicKey`").sandbox].map((c) => [c.action, c.ignored])).toEqual([
+            ["kept", ["sshKeys"]],
+            ["kept", ["sshKeys"]],
+        ]);
+
+        const table = [BEGIN, "| Setting changed | Gateway server | Sandbox server | Other resources |", "|---|---|---|---|", ...rows, END].join("\n");
+        const doc = fs.readFileSync(DOC, "utf8");
+        const at = doc.indexOf(BEGIN);
+        const end = doc.indexOf(END);
+        expect(at, `${DOC} has no ${BEGIN}`).toBeGreaterThanOrEqual(0);
+        const updated = `${doc.slice(0, at)}${table}${doc.slice(end + END.length)}`;
+        if (process.env.AIRLOCK_WRITE_DOCS === "1") fs.writeFileSync(DOC, updated);
+        expect(doc, "docs/day-two.md's table is stale: run this test with AIRLOCK_WRITE_DOCS=1").toBe(updated);
+    });
+
+    it("plan --against a previous preview.json prints the verdict, reading the file before the plan replaces it", async () => {
+        const stacks = tempDir("against");
+        fs.copyFileSync(stackFile("dev"), path.join(stacks, "Pulumi.dev.yaml"));
+        const out = path.join(stacks, "out");
+        const plan = (...extra: string[]) => run("node", [path.join(REPO, "cli/airlock.js"), "--stacks-dir", stacks, "plan", "--stack", "dev", "--out", out, ...extra]);
+        expect(plan().status).toBe(0);
+        expect(plan("--against", path.join(out, "preview.json")).stdout).toContain(`changes against ${path.join(out, "preview.json")}: none\n`);
+        fs.writeFileSync(path.join(stacks, "Pulumi.dev.yaml"), fs.readFileSync(editedStack("dev", (c) => c["airlock:agent"].envAllowlist.push("TASK_ID")), "utf8"));
+        const changed = plan("--against", path.join(out, "preview.json"));
+        expect(changed.stdout).toContain("airlock-dev-gateway-server (hcloud:index/server:Server): kept as it is");
+        expect(changed.stdout).toContain("airlock-dev-sandbox-server (hcloud:index/server:Server): REPLACED (deleted, then created anew) [changed: userData]");
+        const bad = plan("--against", path.join(stacks, "Pulumi.dev.yaml"));
+        expect(bad.status).toBe(2);
+        expect(bad.stderr.trim()).toBe(`${path.join(stacks, "Pulumi.dev.yaml")}: cannot read as a plan's preview.json: not JSON`);
+    });
+
+    it("the options that decide an up are in preview.json and read back as planned", async () => {
+        const plan = await base("prod");
+        const dir = tempDir("preview");
+        fs.writeFileSync(path.join(dir, "preview.json"), previewText(plan));
+        const read = readPlannedResources(path.join(dir, "preview.json"));
+        expect(read.map((r) => [r.urn, r.options])).toEqual(plan.resources.map((r) => [r.urn, r.options]));
+        const gateway = read.find((r) => r.name === "airlock-prod-gateway-server")!;
+        expect(gateway.options).toMatchObject({ protect: true, deleteBeforeReplace: true, ignoreChanges: ["sshKeys", "userData"] });
+        expect(read.find((r) => r.name === "airlock-prod-sandbox-server")!.options.ignoreChanges).toEqual(["sshKeys"]);
+        expect(formatChanges(changesBetween(read, plan.resources), "x")).toBe("changes against x: none\n");
+    });
+});
