@@ -445,6 +445,9 @@ const stackConfigBase = z.strictObject({
         .prefault({}),
 });
 
+/** The stack's top-level keys (`airlock:<key>`), as Pulumi.yaml declares them. */
+export const STACK_CONFIG_KEYS = Object.keys(stackConfigBase.shape);
+
 export const stackConfigSchema = stackConfigBase
     .superRefine((cfg, ctx) => {
         for (const role of ["gateway", "sandbox"] as const) {
