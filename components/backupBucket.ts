@@ -15,6 +15,8 @@ export interface BackupBucketArgs {
     objectLockDays?: number;
     /** Create the operator-only prune key. */
     pruneKey: boolean;
+    /** Keep the bucket (and its backups) when the stack is destroyed or the bucket replaced. */
+    keepOnDelete: boolean;
     /**
      * Makes the globally unique bucket name unique to this organisation: two
      * companies both running a stack prefixed airlock-dev get different buckets.
@@ -49,7 +51,7 @@ export class BackupBucket extends pulumi.ComponentResource {
             `${name}-bucket`,
             { bucketName: bucketNameFor(args.prefix, args.machine, args.uniqueSeed), retentionDays: args.retentionDays, ...(args.objectLockDays ? { objectLockDays: args.objectLockDays } : {}) },
             // The name is chosen once: a new seed (a rotated break-glass key) never re-targets the backups.
-            { parent: this, ignoreChanges: ["bucketName"] },
+            { parent: this, ignoreChanges: ["bucketName"], retainOnDelete: args.keepOnDelete },
         );
         this.bucketName = bucket.bucketName;
         this.bucketId = bucket.bucketId;

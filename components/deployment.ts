@@ -77,6 +77,7 @@ export class Deployment extends pulumi.ComponentResource {
                 sandboxHostKey: { publicKey: sandboxHostKey.publicKeyOpenssh, privateKey: sandboxHostKey.privateKeyOpenssh },
                 workspaceVolumeGb: cfg.sandbox.workspaceVolumeGb,
                 protectWorkspace: cfg.sandbox.protectWorkspace,
+                keepWorkspaceOnDelete: !cfg.deleteDataOnDestroy,
             },
             { parent: this },
         );
@@ -90,6 +91,7 @@ export class Deployment extends pulumi.ComponentResource {
                     retentionDays: cfg.backup.retentionDays,
                     objectLockDays: cfg.backup.objectLockDays,
                     pruneKey: cfg.backup.pruneKey,
+                    keepOnDelete: !cfg.deleteDataOnDestroy,
                     uniqueSeed: cfg.breakGlassSshPublicKey,
                 },
                 { parent: this },

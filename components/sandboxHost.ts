@@ -10,6 +10,8 @@ export interface SandboxHostArgs extends HostArgs {
     images: pulumi.Output<ResolvedImages>;
     workspaceVolumeGb: number;
     protectWorkspace: boolean;
+    /** Keep the volume when the stack is destroyed or the volume replaced (retainOnDelete). */
+    keepWorkspaceOnDelete: boolean;
 }
 
 /**
@@ -38,7 +40,7 @@ export class SandboxHost extends pulumi.ComponentResource {
                 labels: { airlock: args.prefix, "airlock-role": "workspace" },
                 deleteProtection: args.protectWorkspace,
             },
-            { parent: this, protect: args.protectWorkspace },
+            { parent: this, protect: args.protectWorkspace, retainOnDelete: args.keepWorkspaceOnDelete },
         );
         // Mounted by airlock-mount-workspace at boot, not by Hetzner's automount.
         new hcloud.VolumeAttachment(

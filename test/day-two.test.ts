@@ -112,6 +112,18 @@ describe("day two: what a change does on the next up", () => {
         expect(doc, "docs/day-two.md's table is stale: run this test with AIRLOCK_WRITE_DOCS=1").toBe(updated);
     });
 
+    it("pulumi destroy keeps the backup buckets and the workspace volume, and revokes the keys, unless deleteDataOnDestroy", async () => {
+        const destroyed = (plan: StackPlan) => Object.fromEntries(changesBetween(plan.resources, []).map((c) => [c.name.replace(`${plan.config.prefix}-`, ""), c.action]));
+        const kept = destroyed(await base("dev"));
+        expect(kept).toMatchObject({ "gateway-backups-bucket": "retained", "sandbox-backups-bucket": "retained", "sandbox-workspace": "retained" });
+        expect(kept).toMatchObject({ "gateway-backups-host-key": "delete", "sandbox-backups-host-key": "delete", "gateway-server": "delete", "sandbox-server": "delete" });
+        expect(Object.entries(kept).filter(([, action]) => action === "retained").length).toBe(3);
+        const gone = destroyed(await planStack(editedStack("dev", (c) => (c["airlock:deleteDataOnDestroy"] = true)), "dev"));
+        expect(gone).toMatchObject({ "gateway-backups-bucket": "delete", "sandbox-backups-bucket": "delete", "sandbox-workspace": "delete" });
+        // prod protects its workspace: destroy is refused until that is lifted.
+        expect(destroyed(await base("prod"))).toMatchObject({ "sandbox-workspace": "refused", "gateway-server": "refused", "gateway-backups-bucket": "retained" });
+    });
+
     it("plan --against a previous preview.json prints the verdict, reading the file before the plan replaces it", async () => {
         const stacks = tempDir("against");
         fs.copyFileSync(stackFile("dev"), path.join(stacks, "Pulumi.dev.yaml"));

@@ -443,6 +443,8 @@ const stackConfigBase = z.strictObject({
             drillTables: z.array(tableName).default([]),
         })
         .prefault({}),
+    /** `pulumi destroy` keeps the backup buckets and the workspace volume unless this is true (set it and `up` first). */
+    deleteDataOnDestroy: z.boolean().default(false),
 });
 
 /** The stack's top-level keys (`airlock:<key>`), as Pulumi.yaml declares them. */
