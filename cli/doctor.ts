@@ -37,6 +37,14 @@ function stackKeys(stackFile: string | undefined): Map<string, "secret" | "plain
     return keys;
 }
 
+/** The oldest Pulumi CLI airlock supports: the @pulumi/pulumi it pins (package.json). */
+export const MIN_PULUMI_CLI: number[] = (require("@pulumi/pulumi/package.json") as { version: string }).version.split(".").map(Number);
+
+const atLeast = (version: number[], minimum: number[]) => {
+    for (let i = 0; i < minimum.length; i++) if (version[i] !== minimum[i]) return version[i] > minimum[i];
+    return true;
+};
+
 const present = (env: Env, name: string) => typeof env[name] === "string" && env[name]!.length > 0;
 
 export function runDoctor(env: Env, stackFile?: string, stack?: string): DoctorCheck[] {
@@ -57,12 +65,13 @@ export function runDoctor(env: Env, stackFile?: string, stack?: string): DoctorC
     const keys = stackKeys(stackFile);
 
     const pulumi = tool("pulumi", ["version"], env);
+    const cliVersion = /^v?(\d+)\.(\d+)\.(\d+)/.exec(pulumi.out);
     checks.push({
         name: "pulumi CLI",
-        ok: pulumi.ok && /^v?3\./.test(pulumi.out),
+        ok: pulumi.ok && cliVersion !== null && atLeast(cliVersion.slice(1).map(Number), MIN_PULUMI_CLI),
         required: true,
-        detail: pulumi.ok ? `pulumi ${pulumi.out}` : "not found on PATH",
-        fix: "install the Pulumi CLI v3 (see pulumi.com/docs/install) and put it on PATH",
+        detail: pulumi.ok ? `pulumi ${pulumi.out}${cliVersion ? "" : " (not a version)"}` : "not found on PATH",
+        fix: `install the Pulumi CLI v${MIN_PULUMI_CLI.join(".")} or newer (see pulumi.com/docs/install) and put it on PATH: the version of @pulumi/pulumi this kit pins (the builtin Stash type it records each host's artifacts in needs v3.208.0 at least)`,
     });
     const whoami = pulumi.ok ? tool("pulumi", ["whoami"], env) : { ok: false, out: "" };
     checks.push({

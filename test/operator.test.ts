@@ -3,13 +3,13 @@ import * as path from "node:path";
 import * as YAML from "yaml";
 import { describe, expect, it } from "vitest";
 import { evaluateChecklist } from "../cli/checklist";
-import { runDoctor } from "../cli/doctor";
+import { MIN_PULUMI_CLI, runDoctor } from "../cli/doctor";
 import { forkStack, ForkRefused } from "../cli/fork";
 import { gatePlan } from "../cli/gate";
 import { planStack, StackPlan, stackFilePath } from "../cli/offline";
 import { ConfigError, readStackFile } from "../components/config/load";
 import { airlock as run } from "./helpers/cli";
-import { editedStack, stackFile, STACKS_DIR, tempDir } from "./helpers/stacks";
+import { editedStack, REPO, stackFile, STACKS_DIR, tempDir } from "./helpers/stacks";
 
 const airlock = (args: string[], env: NodeJS.ProcessEnv = process.env) => run(args, { env });
 
@@ -241,7 +241,7 @@ describe("airlock doctor", () => {
 
     it("passes with a logged-in pulumi, credentials as stack secrets and an ssh client", () => {
         const bin = tempDir("bin");
-        fs.writeFileSync(path.join(bin, "pulumi"), '#!/bin/sh\ncase "$1" in version) echo v3.200.0 ;; whoami) echo ops ;; esac\n', { mode: 0o755 });
+        fs.writeFileSync(path.join(bin, "pulumi"), `#!/bin/sh\ncase "$1" in version) echo v${MIN_PULUMI_CLI.join(".")} ;; whoami) echo ops ;; esac\n`, { mode: 0o755 });
         const stack = editedStack("dev", () => undefined);
         const doc = YAML.parse(fs.readFileSync(stack, "utf8"));
         Object.assign(doc.config, { "hcloud:token": { secure: "x" }, "tailscale:apiKey": { secure: "x" }, "tailscale:tailnet": "example.com" });
@@ -249,6 +249,22 @@ describe("airlock doctor", () => {
         const b2 = ["K005", "operatorTestKey0123456789abcdef"].join("");
         const checks = runDoctor({ PATH: `${bin}:/usr/bin:/bin`, B2_APPLICATION_KEY_ID: "0050000000000000000000001", B2_APPLICATION_KEY: b2 }, stack, "dev");
         expect(checks.filter((c) => c.required && !c.ok)).toEqual([]);
+    });
+
+    it("fails a Pulumi CLI older than the SDK the kit pins, and says which to install", () => {
+        expect(MIN_PULUMI_CLI.join(".")).toBe(JSON.parse(fs.readFileSync(path.join(REPO, "package.json"), "utf8")).dependencies["@pulumi/pulumi"]);
+        const check = (version: string) => {
+            const bin = tempDir("bin");
+            fs.writeFileSync(path.join(bin, "pulumi"), `#!/bin/sh\ncase "$1" in version) echo ${version} ;; whoami) echo ops ;; esac\n`, { mode: 0o755 });
+            return runDoctor({ PATH: `${bin}:/usr/bin:/bin` }).find((c) => c.name === "pulumi CLI")!;
+        };
+        const [major, minor] = MIN_PULUMI_CLI;
+        expect(check(`v${major}.${minor - 1}.9`)).toMatchObject({ ok: false, detail: `pulumi v${major}.${minor - 1}.9` });
+        expect(check(`v${major}.${minor - 1}.9`).fix).toContain(`install the Pulumi CLI v${MIN_PULUMI_CLI.join(".")} or newer`);
+        expect(check(`v${major}.${minor}.0`).ok).toBe(MIN_PULUMI_CLI[2] === 0);
+        expect(check(`v${major}.${minor + 1}.0`).ok).toBe(true);
+        expect(check("v4.0.0").ok).toBe(true);
+        expect(check("dev-build").ok).toBe(false);
     });
 
     it("fails a token committed in clear", () => {
