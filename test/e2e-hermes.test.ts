@@ -5,7 +5,7 @@ import * as YAML from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { COMPOSE_TEMPLATE_PATH, SSHD_TEMPLATE_PATH } from "../components/render/hosts";
-import { AGENT_SERVICE, GATEWAY_AGENT_PATHS } from "../components/workloads/compose";
+import { AGENT_MEMORY_DB_SERVICE, AGENT_SERVICE, GATEWAY_AGENT_PATHS } from "../components/workloads/compose";
 import { installStubEngine, recordEntries, TestBroker } from "./helpers/broker";
 import { startDockerd, TestDocker } from "./helpers/dockerd";
 import { HERMES_VERSION, loadHermesImage, movedHostPaths } from "./helpers/hermes";
@@ -163,6 +163,8 @@ describe.runIf(canRun)(`Hermes Agent ${HERMES_VERSION} as the gateway runs it`, 
         gatewayRoot = fs.mkdtempSync("/run/airlock-hermes-gw-");
         fs.chmodSync(gatewayRoot, 0o755);
         installFiles(hosts.gateway, gatewayRoot);
+        // The runtime's ssh config, as airlock-tailnet-render writes it at boot (the tailnet's domain filled).
+        fs.writeFileSync(path.join(gatewayRoot, GATEWAY_AGENT_PATHS.sshConfig), withTailnetValues(renderedFile(hosts.gateway, `${GATEWAY_AGENT_PATHS.sshConfig}.in`)), { mode: 0o644 });
         fs.writeFileSync(path.join(gatewayRoot, "etc/airlock/known_hosts"), pinnedKnownHosts(hosts.gateway, hostPublicKey));
         fs.mkdirSync(path.join(gatewayRoot, "run/airlock-agent"), { recursive: true });
         fs.copyFileSync(agentKey, path.join(gatewayRoot, GATEWAY_AGENT_PATHS.runtimeSshKey));
@@ -182,13 +184,14 @@ describe.runIf(canRun)(`Hermes Agent ${HERMES_VERSION} as the gateway runs it`, 
         await waitForPort(net.client, GATEWAY_TAILNET, MODEL_PORT);
 
         // The agent's Docker in the gateway's namespace; its containers reach the sandbox through it.
-        // Its name service, as MagicDNS is to the gateway: the sandbox's name in the tailnet's domain
-        // only (the short name the ssh config gives works through the compose file's search domain),
-        // every other lookup refused at once: nothing here reaches the internet, and a resolver out of
-        // reach would make each lookup Hermes tries at start wait for Docker's 10 s timeout.
+        // Its name service, as MagicDNS is to the gateway: names in the tailnet's domain only (the
+        // runtime's ssh config gives the sandbox's full name), every other lookup refused at once:
+        // nothing here reaches the internet, and a resolver out of reach would make each lookup
+        // Hermes tries at start wait for Docker's 10 s timeout. Two tailnet nodes are named like
+        // the runtime's compose services (a hostile tailnet member can name its device so).
         resolver = spawnInNamespace(
             net.client,
-            `exec dnsmasq --keep-in-foreground --no-resolv --no-hosts --bind-interfaces --listen-address=${GATEWAY_TAILNET} --port=53 --host-record=${cfg.hostnames.sandbox}.${TEST_TAILNET_DOMAIN},${SANDBOX_TAILNET} --host-record=${AGENT_SERVICE}.${TEST_TAILNET_DOMAIN},${PLANTED}`,
+            `exec dnsmasq --keep-in-foreground --no-resolv --no-hosts --bind-interfaces --listen-address=${GATEWAY_TAILNET} --port=53 --host-record=${cfg.hostnames.sandbox}.${TEST_TAILNET_DOMAIN},${SANDBOX_TAILNET} --host-record=${AGENT_SERVICE}.${TEST_TAILNET_DOMAIN},${PLANTED} --host-record=${AGENT_MEMORY_DB_SERVICE}.${TEST_TAILNET_DOMAIN},${PLANTED}`,
             path.join(work, "dnsmasq.log"),
         );
         fs.mkdirSync(`/etc/netns/${net.client}`, { recursive: true });
@@ -232,7 +235,7 @@ describe.runIf(canRun)(`Hermes Agent ${HERMES_VERSION} as the gateway runs it`, 
 
     it("starts through the preflight, which Hermes's own loader satisfies, and stays up as the hermes user", () => {
         const logs = dockerd!.docker(["logs", "airlock-agent"]).stderr;
-        expect(logs).toContain(`airlock-hermes-preflight: Hermes ${HERMES_VERSION} runs every command over ssh as ${AGENT}@airlock-dev-sandbox in /workspace`);
+        expect(logs).toContain(`airlock-hermes-preflight: Hermes ${HERMES_VERSION} runs every command over ssh as ${AGENT}@airlock-dev-sandbox.${TEST_TAILNET_DOMAIN} in /workspace`);
         expect(dockerd!.docker(["inspect", "--format", "{{.State.Running}}", "airlock-agent"]).stdout.trim()).toBe("true");
         expect(asRuntime(["id", "-un"]).stdout.trim()).toBe("hermes");
     });
@@ -249,13 +252,18 @@ describe.runIf(canRun)(`Hermes Agent ${HERMES_VERSION} as the gateway runs it`, 
         }
     });
 
-    it("the runtime's own compose names are Docker's, not those of a tailnet node named like them; the sandbox's is the tailnet's", () => {
-        // A node named like a compose service (red team: the memory database) would answer in the
-        // tailnet's domain; Docker's ndots:0 asks the name as it is first, and Docker answers it.
+    it("a short name is never completed into a tailnet node's: the runtime's compose names are Docker's or nothing; the sandbox is asked by its full name", () => {
         const own = asRuntime(["getent", "ahostsv4", AGENT_SERVICE]);
         expect(own.stdout.split(/\s+/)[0], own.stdout).toMatch(/^\d+\.\d+\.\d+\.\d+$/);
         expect(own.stdout).not.toContain(PLANTED);
-        expect(asRuntime(["getent", "ahostsv4", sandboxName]).stdout.split(/\s+/)[0]).toBe(SANDBOX_TAILNET);
+        // A compose name Docker does not answer (the memory database, not running here; or stopped)
+        // went on in the tailnet's search domain, where a node named like it answered (red team:
+        // the runtime's database connection, password included, to that node). No search domain now.
+        const absent = asRuntime(["getent", "ahostsv4", AGENT_MEMORY_DB_SERVICE]);
+        expect(absent.stdout).not.toContain(PLANTED);
+        expect(absent.status).not.toBe(0);
+        expect(asRuntime(["getent", "ahostsv4", sandboxName]).status).not.toBe(0);
+        expect(asRuntime(["getent", "ahostsv4", `${sandboxName}.${TEST_TAILNET_DOMAIN}`]).stdout.split(/\s+/)[0]).toBe(SANDBOX_TAILNET);
     });
 
     it("the agent's command runs in the sandbox, on its record, and not in the runtime's container", () => {

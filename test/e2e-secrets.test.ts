@@ -149,6 +149,9 @@ describe.runIf(canRun)("airlock secrets push to the gateway over ssh", () => {
         // Every file the compose file binds exists where it says (a missing source would be made a directory by the daemon, on this machine).
         fs.mkdirSync(path.dirname(moved(GATEWAY_AGENT_PATHS.hermesPreflight)), { recursive: true });
         fs.writeFileSync(moved(GATEWAY_AGENT_PATHS.hermesPreflight), renderedFile(gateway, GATEWAY_AGENT_PATHS.hermesPreflight), { mode: 0o755 });
+        // The runtime's ssh config, as airlock-tailnet-render writes it at boot.
+        fs.mkdirSync(path.dirname(moved(GATEWAY_AGENT_PATHS.sshConfig)), { recursive: true });
+        fs.writeFileSync(moved(GATEWAY_AGENT_PATHS.sshConfig), withTailnetValues(renderedFile(gateway, `${GATEWAY_AGENT_PATHS.sshConfig}.in`)), { mode: 0o644 });
         // As airlock-agent-key.service does at boot: the agent's key, staged for the runtime.
         const keyTool = path.join(root, "usr/local/sbin/airlock-gateway-agent-key");
         fs.writeFileSync(keyTool, moved(renderedFile(gateway, "/usr/local/sbin/airlock-gateway-agent-key")).replace("tee /dev/console", "cat"), { mode: 0o755 });

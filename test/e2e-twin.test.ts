@@ -264,8 +264,12 @@ describe.runIf(canRun)("the twin", () => {
     it("the gateway's agent runtime, Hermes through its own loader and ssh terminal, runs the agent's command in the sandbox and on its record, not on the gateway", async () => {
         // The agent's rootless Docker (the same user on both hosts), as root there asks it.
         const docker = `runuser -u ${cfg.agent.user} -- env XDG_RUNTIME_DIR=/run/user/${cfg.agent.uid} DOCKER_HOST=unix:///run/user/${cfg.agent.uid}/docker.sock docker`;
+        // The sandbox's full MagicDNS name, which the runtime's ssh config names (its domain filled at boot).
+        const domain = asRoot("gateway", "tailscale status --json | jq -r .MagicDNSSuffix").stdout.trim();
+        expect(domain).toMatch(/^[a-z0-9.-]+$/);
+        const sandboxFqdn = `${cfg.hostnames.sandbox}.${domain}`;
         // Up, past its preflight (Python under emulation: give it time).
-        const passed = `airlock-hermes-preflight: Hermes ${HERMES_VERSION} runs every command over ssh as ${cfg.agent.user}@${cfg.hostnames.sandbox} in /workspace`;
+        const passed = `airlock-hermes-preflight: Hermes ${HERMES_VERSION} runs every command over ssh as ${cfg.agent.user}@${sandboxFqdn} in /workspace`;
         let logs = "";
         for (let i = 0; i < 60 && !logs.includes(passed); i++) {
             logs = asRoot("gateway", `${docker} logs airlock-agent 2>&1 | tail -20`).stdout;
@@ -274,10 +278,12 @@ describe.runIf(canRun)("the twin", () => {
         expect(logs).toContain(passed);
         expect(asRoot("gateway", `${docker} inspect --format '{{.State.Running}}' airlock-agent`).stdout.trim()).toBe("true");
         // The sandbox's short name is the tailnet's alone: asked as it is (absolute), no public
-        // resolver knows it (the twin's answers as Hetzner's would); the runtime finds it in the
-        // tailnet's domain, the search domain its compose file gives it.
+        // resolver knows it (the twin's answers as Hetzner's would). The runtime's container has
+        // no search domain (none completes a short name into another tailnet node's): it knows
+        // the sandbox by its full name, through the tailnet's resolver.
         expect(asRoot("gateway", `getent hosts ${cfg.hostnames.sandbox}.`).code).toBe(2);
-        const found = asRoot("gateway", `${docker} exec --user hermes airlock-agent getent ahostsv4 ${cfg.hostnames.sandbox}`).stdout;
+        expect(asRoot("gateway", `${docker} exec --user hermes airlock-agent getent ahostsv4 ${cfg.hostnames.sandbox}`).code).not.toBe(0);
+        const found = asRoot("gateway", `${docker} exec --user hermes airlock-agent getent ahostsv4 ${sandboxFqdn}`).stdout;
         expect(found.split(/\s+/)[0], found).toBe(tailnetIp("sandbox"));
 
         const marker = `hermes-${crypto.randomBytes(6).toString("hex")}`;
@@ -300,7 +306,7 @@ describe.runIf(canRun)("the twin", () => {
         const reach = () =>
             asRoot(
                 "gateway",
-                `${docker} exec --user hermes airlock-agent sh -c ${shq(`getent hosts ${cfg.hostnames.sandbox}; cat /etc/resolv.conf; ssh -v -o ConnectTimeout=20 -i ${RUNTIME_SSH_KEY} ${cfg.agent.user}@sandbox true 2>&1 | tail -25`)}`,
+                `${docker} exec --user hermes airlock-agent sh -c ${shq(`getent hosts ${sandboxFqdn}; cat /etc/resolv.conf; ssh -v -o ConnectTimeout=20 -i ${RUNTIME_SSH_KEY} ${cfg.agent.user}@sandbox true 2>&1 | tail -25`)}`,
                 5 * MINUTE,
             ).stdout + ran.stderr.slice(-3000);
         if (result.exit_code !== 0) expect(result, reach()).toMatchObject({ exit_code: 0 });

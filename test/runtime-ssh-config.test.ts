@@ -5,9 +5,9 @@ import * as YAML from "yaml";
 import { afterAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { COMPOSE_TEMPLATE_PATH, SANDBOX_SSH_CONFIG_PATH } from "../components/render/hosts";
-import { AGENT_SERVICE } from "../components/workloads/compose";
+import { AGENT_SERVICE, GATEWAY_AGENT_PATHS } from "../components/workloads/compose";
 import { renderedFile, renderHosts, stackFile, tempDir } from "./helpers/stacks";
-import { isRoot, toolsAvailable } from "./helpers/tools";
+import { isRoot, TEST_TAILNET_DOMAIN, toolsAvailable, withTailnetValues } from "./helpers/tools";
 
 /**
  * The runtime's container sees the gateway's pinned ssh config through the agent's rootless
@@ -25,13 +25,15 @@ if (!isRoot()) console.warn("SKIPPED the runtime's ssh config: needs root (a mou
 describe.runIf(canRun)("the runtime's ssh config, owned by nobody as under rootless Docker", () => {
     const cfg = readStackFile(stackFile("dev"));
     const gateway = renderHosts(cfg).gateway;
-    const config = renderedFile(gateway, SANDBOX_SSH_CONFIG_PATH);
+    // The runtime's, with the tailnet's domain as airlock-tailnet-render fills it at boot; the host's own.
+    const runtimeConfig = withTailnetValues(renderedFile(gateway, `${GATEWAY_AGENT_PATHS.sshConfig}.in`));
+    const hostConfig = renderedFile(gateway, SANDBOX_SSH_CONFIG_PATH);
     const compose = YAML.parse(renderedFile(gateway, COMPOSE_TEMPLATE_PATH));
     const work = tempDir("runtime-ssh-config");
     afterAll(() => fs.rmSync(work, { recursive: true, force: true }));
 
     /** `ssh -G` for the alias Hermes uses, with the config at `target` in a private /etc/ssh (Debian's ssh_config includes ssh_config.d). */
-    const sshResolves = (target: string) => {
+    const sshResolves = (target: string, config: string) => {
         const etcSsh = fs.mkdtempSync(path.join(work, "etc-ssh-"));
         fs.mkdirSync(path.join(etcSsh, "ssh_config.d"));
         fs.writeFileSync(path.join(etcSsh, "ssh_config"), "Include /etc/ssh/ssh_config.d/*.conf\nHost *\n    SendEnv LANG LC_*\n");
@@ -43,18 +45,20 @@ describe.runIf(canRun)("the runtime's ssh config, owned by nobody as under rootl
     };
 
     it("is mounted as the container's system-wide ssh_config, where ssh reads it whoever owns it", () => {
-        const mount = (compose.services[AGENT_SERVICE].volumes as string[]).find((v) => v.startsWith(`${SANDBOX_SSH_CONFIG_PATH}:`));
+        const mount = (compose.services[AGENT_SERVICE].volumes as string[]).find((v) => v.startsWith(`${GATEWAY_AGENT_PATHS.sshConfig}:`));
         expect(mount).toBeDefined();
         const target = mount!.split(":")[1];
         expect(target).toBe("/etc/ssh/ssh_config");
-        const resolved = sshResolves(target);
+        const resolved = sshResolves(target, runtimeConfig);
         expect(resolved.stderr).toBe("");
-        expect(resolved.stdout).toMatch(new RegExp(`^hostname ${cfg.hostnames.sandbox.replace(/\./g, "\\.")}$`, "m"));
+        // The sandbox by its full MagicDNS name: the container has no search domain to complete a short one.
+        expect(resolved.stdout).toMatch(new RegExp(`^hostname ${`${cfg.hostnames.sandbox}.${TEST_TAILNET_DOMAIN}`.replace(/\./g, "\\.")}$`, "m"));
+        expect(resolved.stdout).toMatch(new RegExp(`^hostkeyalias ${cfg.hostnames.sandbox}$`, "m"));
         expect(resolved.stdout).toMatch(/^stricthostkeychecking true$/m);
     });
 
     it("in ssh_config.d (where the gateway itself keeps it) ssh would refuse it", () => {
-        const refused = sshResolves(SANDBOX_SSH_CONFIG_PATH);
+        const refused = sshResolves(SANDBOX_SSH_CONFIG_PATH, hostConfig);
         expect(refused.status).not.toBe(0);
         expect(refused.stderr).toMatch(/Bad owner or permissions on \/etc\/ssh\/ssh_config\.d\/20-airlock-sandbox\.conf/);
     });

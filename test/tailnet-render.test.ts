@@ -4,7 +4,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import * as YAML from "yaml";
 import { COMPOSE_TEMPLATE_PATH } from "../components/render/hosts";
-import { AGENT_SERVICE } from "../components/workloads/compose";
+import { AGENT_SERVICE, GATEWAY_AGENT_PATHS } from "../components/workloads/compose";
 import { renderedFile, renderHosts, stackFile, tempDir } from "./helpers/stacks";
 import { run, TEST_TAILNET_DOMAIN, TEST_TAILNET_IPV4, toolsAvailable } from "./helpers/tools";
 
@@ -43,15 +43,21 @@ describe.runIf(toolsAvailable("airlock-tailnet-render", ["jq", "bash"]))("airloc
         return { ...result, written: fs.existsSync(output) ? fs.readFileSync(output, "utf8") : undefined, leftovers: fs.readdirSync(bin).filter((f) => f.startsWith("rendered")) };
     }
 
-    it("fills the tailnet's MagicDNS domain where the gateway's compose file asks for it", () => {
-        const compose = renderedFile(gateway, COMPOSE_TEMPLATE_PATH);
-        expect(compose).toContain("@TAILNET_DOMAIN@");
-        const result = render(compose, TEST_TAILNET_DOMAIN);
+    it("fills the tailnet's MagicDNS domain where the runtime's ssh config asks for it, and nowhere else", () => {
+        const sshConfig = renderedFile(gateway, `${GATEWAY_AGENT_PATHS.sshConfig}.in`);
+        expect(sshConfig).toContain("@TAILNET_DOMAIN@");
+        const result = render(sshConfig, TEST_TAILNET_DOMAIN);
         expect(result.stderr).toBe("");
         expect(result.status).toBe(0);
         expect(result.written).not.toMatch(/@[A-Z_]+@/);
-        expect(YAML.parse(result.written!).services[AGENT_SERVICE].dns_search).toEqual([TEST_TAILNET_DOMAIN]);
+        expect(result.written).toMatch(new RegExp(`^\tHostName airlock-dev-sandbox\.${TEST_TAILNET_DOMAIN.replaceAll(".", "\\.")}$`, "m"));
+        // The pin stays on the short name the stack's known_hosts line carries.
+        expect(result.written).toMatch(/^\tHostKeyAlias airlock-dev-sandbox$/m);
         expect(result.stdout).toContain(`(domain ${TEST_TAILNET_DOMAIN})`);
+        // The runtime's container gets no search domain: a short name is never completed by one.
+        const compose = renderedFile(gateway, COMPOSE_TEMPLATE_PATH);
+        expect(compose).not.toContain("@TAILNET_DOMAIN@");
+        expect(YAML.parse(compose).services[AGENT_SERVICE].dns_search).toBeUndefined();
     });
 
     it.each([

@@ -1,6 +1,6 @@
 import * as path from "node:path";
 import * as YAML from "yaml";
-import { HERMES_RUNTIME, RUNTIME_PINNED_ENV, TAILNET_AUTH_KEY_PATH, TAILNET_AUTH_KEY_PLACEHOLDER } from "../../policies/contract";
+import { HERMES_RUNTIME, RUNTIME_PINNED_ENV, TAILNET_AUTH_KEY_PATH, TAILNET_AUTH_KEY_PLACEHOLDER, TAILNET_DOMAIN_PLACEHOLDER } from "../../policies/contract";
 import { AGENT_SUBORDINATE_IDS, FORBIDDEN_ENV, type StackConfig } from "../config/schema";
 import { GITHUB_APP_KEY_SECRET, GITHUB_REPOSITORY_PERMISSIONS } from "../config/automation";
 import {
@@ -103,6 +103,19 @@ const config = (path: string, template: string, vars: Record<string, string> = {
     content: renderTemplate(template, vars),
     permissions: "0644",
 });
+
+/** The gateway's ssh client config for the sandbox, naming it `hostName` (the host key is pinned for the short name). */
+function sandboxSshConfig(cfg: StackConfig, path: string, installedAs: string, hostName: string): HostFile {
+    return config(path, "ssh/sandbox.ssh_config", {
+        installedAs,
+        sshAlias: SANDBOX_SSH_ALIAS,
+        sandboxHost: cfg.hostnames.sandbox,
+        hostName,
+        agentUser: cfg.agent.user,
+        sendEnv: cfg.agent.envAllowlist.join(" "),
+        knownHosts: GATEWAY_KNOWN_HOSTS_PATH,
+    });
+}
 
 /** What differs between the hosts in the files they share. */
 interface HostUnits {
@@ -288,7 +301,11 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
         // (Before=), without being required: a runtime that cannot start must not stop DNS.
         ...commonFiles(cfg, "gateway", {
             compose,
-            tailnetConfig: [renderCompose, `${RENDER} --mode 0644 ${ROOTLESS_PUBLISH_LIST}.in ${ROOTLESS_PUBLISH_LIST}`],
+            tailnetConfig: [
+                ...(cfg.gateway.agent ? [`${RENDER} --mode 0644 ${GATEWAY_AGENT_PATHS.sshConfig}.in ${GATEWAY_AGENT_PATHS.sshConfig}`] : []),
+                renderCompose,
+                `${RENDER} --mode 0644 ${ROOTLESS_PUBLISH_LIST}.in ${ROOTLESS_PUBLISH_LIST}`,
+            ],
             workloadsPre,
             dockerSearchPath: [ROOTLESS_PUBLISH_DIR],
             dockerdFlags: [`--config-file=${GATEWAY_DOCKER_CONFIG}`],
@@ -303,13 +320,7 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
             content: cfg.gateway.adminSshKeys.map((key) => `${key}\n`).join(""),
             permissions: "0644",
         },
-        config(SANDBOX_SSH_CONFIG_PATH, "ssh/sandbox.ssh_config", {
-            sshAlias: SANDBOX_SSH_ALIAS,
-            sandboxHost: cfg.hostnames.sandbox,
-            agentUser: user,
-            sendEnv: cfg.agent.envAllowlist.join(" "),
-            knownHosts: GATEWAY_KNOWN_HOSTS_PATH,
-        }),
+        sandboxSshConfig(cfg, SANDBOX_SSH_CONFIG_PATH, `${SANDBOX_SSH_CONFIG_PATH} (the host's: found by the search domain Tailscale gives the host)`, cfg.hostnames.sandbox),
         {
             // The sandbox's host key, pinned: filled at deploy with the key the stack generated.
             path: GATEWAY_KNOWN_HOSTS_PATH,
@@ -427,6 +438,14 @@ function agentRuntimeFiles(cfg: StackConfig): HostFile[] {
             ),
             forbiddenNames: py(RUNTIME_FORBIDDEN_ENV),
         }),
+        // The runtime's ssh config names the sandbox by its full MagicDNS name (the domain filled
+        // at boot): its container has no search domain, so no short name is ever completed by one.
+        sandboxSshConfig(
+            cfg,
+            `${GATEWAY_AGENT_PATHS.sshConfig}.in`,
+            `${GATEWAY_AGENT_PATHS.sshConfig} (the agent runtime's, mounted as its system ssh_config)`,
+            `${cfg.hostnames.sandbox}.${TAILNET_DOMAIN_PLACEHOLDER}`,
+        ),
         config(GATEWAY_AGENT_PATHS.hermesUserEnv, "agent/hermes-user.env"),
         config("/etc/systemd/system/airlock-agent-key.service", "systemd/airlock-agent-key.service", { agentUid: String(cfg.agent.uid) }),
         script(GATEWAY_AGENT_PATHS.secretsTool, "agent/secrets", {

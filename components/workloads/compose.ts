@@ -1,5 +1,5 @@
 import * as YAML from "yaml";
-import { HERMES_RUNTIME, TAILNET_DOMAIN_PLACEHOLDER, TAILNET_IPV4_PLACEHOLDER } from "../../policies/contract";
+import { HERMES_RUNTIME, TAILNET_IPV4_PLACEHOLDER } from "../../policies/contract";
 import { AGENT_SUBORDINATE_IDS, type StackConfig } from "../config/schema";
 import { renderTemplate } from "../render/templates";
 
@@ -186,7 +186,8 @@ export const GATEWAY_AGENT_PATHS = {
     hermesUserEnv: "/etc/airlock/agent/hermes-user.env",
     /** templates/agent/hermes-preflight, at the same path in the container. */
     hermesPreflight: HERMES_RUNTIME.preflight,
-    sshConfig: "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf",
+    /** The runtime's ssh config for the sandbox, rendered at boot from <path>.in (the sandbox's full MagicDNS name). */
+    sshConfig: "/etc/airlock/agent/ssh_config",
     knownHosts: "/etc/airlock/known_hosts",
     githubConfig: "/etc/airlock/github.json",
     githubTokenSocket: "/run/airlock/github-token.sock",
@@ -249,14 +250,6 @@ function agentServices(cfg: StackConfig, images: ResolvedImages): { services: Re
         },
         // Secrets arrive at run time (airlock secrets push), never in this file.
         env_file: [p.runtimeEnv],
-        // The sandbox's MagicDNS name is short (the ssh config's HostName), and a container
-        // gets the search domains of its daemon's resolv.conf: the agent's rootless daemon
-        // reads RootlessKit's, which has none. Without the tailnet's domain here the short
-        // name is asked of the public resolvers only, which do not know it (seen in the twin:
-        // Hermes's ssh went to an address the tailnet never gave). Docker's ndots:0 stays: a
-        // name is asked as it is first, so the compose network's own names (the memory
-        // database) are answered by Docker before any tailnet node named like them could be.
-        dns_search: [TAILNET_DOMAIN_PLACEHOLDER],
         volumes: [
             `${AGENT_STATE_VOLUME}:${runtime.statePath}`,
             // Hermes's own .env in that volume is airlock's, read-only: nothing the runtime writes sets a variable.
@@ -373,8 +366,7 @@ export function renderGatewayCompose(cfg: StackConfig, images: ResolvedImages): 
     };
     return document(
         " airlock gateway workloads - rendered by airlock; run by the agent's rootless Docker.\n" +
-            " @TAILNET_IPV4@ (and @TAILNET_DOMAIN@, the tailnet's MagicDNS domain) are filled at boot\n" +
-            " by airlock-tailnet-render (tailnet addresses only).",
+            " @TAILNET_IPV4@ is filled at boot by airlock-tailnet-render (tailnet addresses only).",
         services,
         {
             networks: { egress: {}, ...agent.networks },
