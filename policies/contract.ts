@@ -32,10 +32,11 @@ export function artifactsOf(inputs: unknown): Artifacts | undefined {
 
 /**
  * Variables the sandbox must never accept from a client: they change how the
- * dynamic loader, the shell or the wrapper itself behave before any allowlist applies.
+ * dynamic loader, the shell, the wrapper itself or the resolver (glibc's
+ * LOCALDOMAIN, RES_OPTIONS: a search domain, ndots) behave before any allowlist applies.
  */
 export const FORBIDDEN_ENV =
-    /^(LD_.*|DYLD_.*|BASH_ENV|ENV|BASH_FUNC_.*|PATH|HOME|SHELL|USER|LOGNAME|IFS|PS4|SHELLOPTS|BASHOPTS|PROMPT_COMMAND|GLOBIGNORE|CDPATH|DOCKER_.*|SSH_.*|PYTHON(PATH|STARTUP|HOME)|PERL5?LIB|PERL5OPT|NODE_OPTIONS|RUBYOPT|GIT_SSH(_COMMAND)?|GIT_EXEC_PATH|GCONV_PATH|LOCPATH|HOSTALIASES|TMPDIR)$/;
+    /^(LD_.*|DYLD_.*|BASH_ENV|ENV|BASH_FUNC_.*|PATH|HOME|SHELL|USER|LOGNAME|IFS|PS4|SHELLOPTS|BASHOPTS|PROMPT_COMMAND|GLOBIGNORE|CDPATH|DOCKER_.*|SSH_.*|PYTHON(PATH|STARTUP|HOME)|PERL5?LIB|PERL5OPT|NODE_OPTIONS|RUBYOPT|GIT_SSH(_COMMAND)?|GIT_EXEC_PATH|GCONV_PATH|LOCPATH|HOSTALIASES|LOCALDOMAIN|RES_OPTIONS|RESOLV_HOST_CONF|TMPDIR)$/;
 
 /** The sandbox user every agent command runs as, when a stack names none. */
 export const DEFAULT_AGENT_USER = "agent";

@@ -388,6 +388,21 @@ describe.runIf(canRun)(`Hermes Agent ${HERMES_VERSION} as the gateway runs it`, 
         expect(preflight().status).toBe(0);
     });
 
+    // Red team 8: the messaging gateway copies config.yaml's top-level scalars into its environment
+    // (gateway/run.py); glibc's resolver then takes a search domain and ndots from them, and a short
+    // name (the memory database's) would go to a tailnet node named like it.
+    it.each<[string, Record<string, string>]>([
+        ["a search domain (LOCALDOMAIN)", { LOCALDOMAIN: TEST_TAILNET_DOMAIN }],
+        ["resolver options (RES_OPTIONS)", { RES_OPTIONS: "ndots:5" }],
+    ])("%s in the user's config.yaml makes the preflight refuse", (_, extra) => {
+        withUserConfig(extra, () => {
+            const refused = preflight();
+            expect(refused.status).toBe(78);
+            expect(refused.stderr).toMatch(new RegExp(`(Hermes's environment has|a \\.env file of Hermes's sets) ${Object.keys(extra)[0]} \\(started by`));
+        });
+        expect(preflight().status).toBe(0);
+    });
+
     // Red team 7: what Hermes loads from its home whatever config.yaml says.
     it.each<[string, Record<string, string>, string]>([
         ["an event hook", { "hooks/y/HOOK.yaml": "name: y\nevents: [agent:start]\n", "hooks/y/handler.py": "def handle(*a): pass\n" }, "hooks/y/handler.py"],
