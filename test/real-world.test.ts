@@ -55,12 +55,16 @@ describe("the checker on real files", () => {
         else expect(findingsOf(file).length).toBeGreaterThan(0);
     });
 
-    it.each(files("compose").map((f) => [path.basename(f), f]))("%s: every privileged service, socket mount, host namespace and extra capability is reported", (_, file) => {
+    it.each(files("compose").map((f) => [path.basename(f), f]))("%s: every privileged service, socket or system mount, host namespace and extra capability is reported", (_, file) => {
         const doc = YAML.parse(fs.readFileSync(file, "utf8"), { merge: true, maxAliasCount: -1 });
         const expected: [string, string][] = [];
         for (const [name, service] of Object.entries<any>(doc.services ?? {})) {
             if (service.privileged === true) expected.push(["containers-not-privileged", name]);
             if ((service.volumes ?? []).some((v: unknown) => JSON.stringify(v).includes("docker.sock"))) expected.push(["containers-no-docker-socket", name]);
+            // A host /proc, /sys or engine state, short syntax or long ("source": ...), by its plain text.
+            if ((service.volumes ?? []).some((v: unknown) => /^"?(\{"type":"bind","source":")?\/(proc|sys|var\/lib\/docker)(\/|:|")/.test(JSON.stringify(v).replace(/^"/, "")))) {
+                expected.push(["containers-no-host-system-mounts", name]);
+            }
             for (const key of ["network_mode", "pid", "ipc"]) if (service[key] === "host") expected.push(["containers-no-host-namespaces", name]);
             if ((service.cap_add ?? []).some((c: string) => !["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID"].includes(c))) expected.push(["containers-add-only-allowed-capabilities", name]);
         }
@@ -73,6 +77,7 @@ describe("the checker on real files", () => {
         expect(all).toMatch(/docker\.sock/);
         expect(all).toMatch(/cap_add/);
         expect(all).toMatch(/network_mode: host/);
+        expect(all).toMatch(/- \/(proc|sys|var\/lib\/docker)[/:]/);
     });
 
     it.each(files("sshd").map((f) => [path.basename(f), f]))("%s: root and password logins that the file turns on are reported", (_, file) => {

@@ -1,59 +1,37 @@
 /** Address classification for listen addresses, published ports and firewall sources. */
 
+import { BlockList, isIP } from "node:net";
+
 export { TAILNET_IPV4_PLACEHOLDER } from "../contract";
 
-export function parseIpv4(text: string): number | undefined {
-    const m = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/.exec(text);
-    if (!m) return undefined;
-    const octets = m.slice(1).map(Number);
-    if (octets.some((o) => o > 255)) return undefined;
-    return ((octets[0] << 24) >>> 0) + (octets[1] << 16) + (octets[2] << 8) + octets[3];
+/** The family of an address ("fe80::1%eth0" counts without its zone), by the platform's own parser. */
+function familyOf(address: string): "ipv4" | "ipv6" | undefined {
+    const kind = isIP(address.split("%")[0]);
+    return kind === 4 ? "ipv4" : kind === 6 ? "ipv6" : undefined;
 }
 
-/** 8 groups of 16 bits, or undefined. */
-export function parseIpv6(text: string): number[] | undefined {
-    const zone = text.split("%")[0];
-    if (!/^[0-9a-fA-F:.]+$/.test(zone) || !zone.includes(":")) return undefined;
-    const halves = zone.split("::");
-    if (halves.length > 2) return undefined;
-    const parse = (part: string) => (part === "" ? [] : part.split(":"));
-    const head = parse(halves[0]);
-    const tail = halves.length === 2 ? parse(halves[1]) : [];
-    const groups = (list: string[]) => list.map((g) => (/^[0-9a-fA-F]{1,4}$/.test(g) ? parseInt(g, 16) : NaN));
-    const h = groups(head);
-    const t = groups(tail);
-    const missing = 8 - h.length - t.length;
-    if (h.some(isNaN) || t.some(isNaN) || (halves.length === 1 ? missing !== 0 : missing < 1)) return undefined;
-    return [...h, ...new Array(halves.length === 2 ? missing : 0).fill(0), ...t];
+/** Whether `address` is in `list`; an IPv4-mapped IPv6 address (::ffff:127.0.0.1) is judged as its IPv4 address. */
+function within(list: BlockList, address: string): boolean {
+    const family = familyOf(address);
+    return family !== undefined && list.check(address.split("%")[0], family);
 }
 
-function inIpv4Cidr(ip: number, base: string, bits: number): boolean {
-    const mask = bits === 0 ? 0 : (~0 << (32 - bits)) >>> 0;
-    return ((ip & mask) >>> 0) === ((parseIpv4(base)! & mask) >>> 0);
-}
+const TAILNET = new BlockList();
+// Tailscale's CGNAT range and its IPv6 ULA prefix.
+TAILNET.addSubnet("100.64.0.0", 10, "ipv4");
+TAILNET.addSubnet("fd7a:115c:a1e0::", 48, "ipv6");
 
-function inIpv6Prefix(ip: number[], prefix: number[], bits: number): boolean {
-    for (let i = 0; i < 8 && bits > 0; i++, bits -= 16) {
-        const take = Math.min(16, bits);
-        const mask = (0xffff << (16 - take)) & 0xffff;
-        if ((ip[i] & mask) !== (prefix[i] & mask)) return false;
-    }
-    return true;
-}
+const LOOPBACK = new BlockList();
+LOOPBACK.addSubnet("127.0.0.0", 8, "ipv4");
+LOOPBACK.addAddress("::1", "ipv6");
 
 /** 100.64.0.0/10 (Tailscale's CGNAT range) or fd7a:115c:a1e0::/48. */
 export function isTailnetAddress(address: string): boolean {
-    const v4 = parseIpv4(address);
-    if (v4 !== undefined) return inIpv4Cidr(v4, "100.64.0.0", 10);
-    const v6 = parseIpv6(address);
-    return v6 !== undefined && inIpv6Prefix(v6, [0xfd7a, 0x115c, 0xa1e0, 0, 0, 0, 0, 0], 48);
+    return within(TAILNET, address);
 }
 
 export function isLoopbackAddress(address: string): boolean {
-    const v4 = parseIpv4(address);
-    if (v4 !== undefined) return inIpv4Cidr(v4, "127.0.0.0", 8);
-    const v6 = parseIpv6(address);
-    return v6 !== undefined && v6.slice(0, 7).every((g) => g === 0) && v6[7] === 1;
+    return within(LOOPBACK, address);
 }
 
 /**
@@ -62,10 +40,12 @@ export function isLoopbackAddress(address: string): boolean {
  */
 export function isWideRange(cidr: string): boolean {
     const [address, bitsText] = cidr.split("/");
-    const v4 = parseIpv4(address);
-    if (v4 !== undefined) return bitsText === undefined ? false : Number(bitsText) <= 16;
-    if (parseIpv6(address) !== undefined) return bitsText === undefined ? false : Number(bitsText) <= 32;
-    return true; // not an address at all: treat as wide, never as narrow
+    const family = familyOf(address);
+    if (family === undefined) return true; // not an address at all: treat as wide, never as narrow
+    if (bitsText === undefined) return false;
+    // An IPv4-mapped IPv6 prefix is an IPv4 prefix 96 bits longer.
+    const mapped = family === "ipv6" && /^::ffff:/i.test(address) ? 96 : 0;
+    return Number(bitsText) - mapped <= (family === "ipv4" || mapped ? 16 : 32);
 }
 
 /** "100.64.0.1", "100.64.0.1:22", "[fd7a:115c:a1e0::1]:22" -> the host part. */

@@ -60,7 +60,7 @@ export function downloadsAndRuns(line: string): boolean {
     for (const segment of line.split(/;|&&|\|\||(?<![|>&])&(?![&>])/)) {
         const stages = segment.split(/(?<!\|)\|(?!\|)/);
         const from = stages.findIndex((stage) => DOWNLOADER.test(stage));
-        if (from >= 0 && stages.slice(from + 1).some((stage) => isRunner(programOf(stage)))) return true;
+        if (from >= 0 && stages.slice(from + 1).some((stage) => isRunner(programOf(stage)) || sourcesStdin(stage))) return true;
         // bash <(curl ...), sh -c "$(curl ...)", eval "$(wget -O- ...)", . <(curl ...)
         for (const stage of stages) {
             const program = programOf(stage);
@@ -70,4 +70,11 @@ export function downloadsAndRuns(line: string): boolean {
     return false;
 }
 
-const isRunner = (program: string | undefined) => program !== undefined && INTERPRETER.test(program);
+/** An interpreter by name, or the user's shell by its variable ($SHELL, ${SHELL}, $BASH). */
+const isRunner = (program: string | undefined) => program !== undefined && (INTERPRETER.test(program) || /^\$(\{(SHELL|BASH)\}|SHELL|BASH)$/.test(program));
+
+/** `source /dev/stdin` and `. /dev/stdin` (or fd 0 by another path): the current shell runs what the pipe brings. */
+const sourcesStdin = (stage: string) => {
+    const program = programOf(stage);
+    return (program === "source" || program === ".") && /\s["']?\/(dev\/stdin|dev\/fd\/0|proc\/self\/fd\/0)["']?(\s|$)/.test(stage);
+};

@@ -16,6 +16,7 @@ import { containersNoDevices } from "./containers-no-devices";
 import { containersNoDockerSocket } from "./containers-no-docker-socket";
 import { containersNoHostNamespaces } from "./containers-no-host-namespaces";
 import { containersNoHostSecretMounts } from "./containers-no-host-secret-mounts";
+import { containersNoHostSystemMounts } from "./containers-no-host-system-mounts";
 import { containersNoNewPrivileges } from "./containers-no-new-privileges";
 import { containersNoOwnSeccompProfile } from "./containers-no-own-seccomp-profile";
 import { containersNoUnconfinedProfiles } from "./containers-no-unconfined-profiles";
@@ -58,6 +59,7 @@ export const RULES: Rule[] = [
     containersNoDockerSocket,
     containersNoHostNamespaces,
     containersNoHostSecretMounts,
+    containersNoHostSystemMounts,
     containersNoNewPrivileges,
     containersNoOwnSeccompProfile,
     containersNoUnconfinedProfiles,

@@ -4,8 +4,8 @@ import { describe, expect, it } from "vitest";
 import { compose, composeText, DIGEST, hardenedService, resource, resources, ruleIds } from "./helpers";
 import { tempDir } from "../helpers/stacks";
 
-/** Change ONE property of a hardened service; expect exactly the matching rule. */
-const violations: [string, (s: Record<string, any>) => void, string][] = [
+/** Change ONE property of a hardened service; expect exactly the matching rule (or rules). */
+const violations: [string, (s: Record<string, any>) => void, string | string[]][] = [
     ["no cap_drop", (s) => delete s.cap_drop, "containers-drop-all-capabilities"],
     ["cap_drop without ALL", (s) => (s.cap_drop = ["NET_RAW"]), "containers-drop-all-capabilities"],
     ["cap_add NET_ADMIN", (s) => s.cap_add.push("NET_ADMIN"), "containers-add-only-allowed-capabilities"],
@@ -37,8 +37,18 @@ const violations: [string, (s: Record<string, any>) => void, string][] = [
     ["/etc", (s) => s.volumes.push("/etc:/host-etc:ro"), "containers-no-host-secret-mounts"],
     ["~/.ssh", (s) => s.volumes.push("~/.ssh:/root/.ssh:ro"), "containers-no-host-secret-mounts"],
     ["/root", (s) => s.volumes.push({ type: "bind", source: "/root", target: "/r" }), "containers-no-host-secret-mounts"],
-    ["/home (parent of ~/.ssh)", (s) => s.volumes.push("/home:/home"), "containers-no-host-secret-mounts"],
+    // /home holds every ~/.ssh and the rootless engine's state (~/.local/share/docker).
+    ["/home (parent of ~/.ssh)", (s) => s.volumes.push("/home:/home"), ["containers-no-host-secret-mounts", "containers-no-host-system-mounts"]],
+    ["/proc (every host process's environment)", (s) => s.volumes.push("/proc:/host/proc:ro"), "containers-no-host-system-mounts"],
+    ["one process under /proc", (s) => s.volumes.push("/proc/1/environ:/env:ro"), "containers-no-host-system-mounts"],
+    ["/sys", (s) => s.volumes.push({ type: "bind", source: "/sys", target: "/host/sys", read_only: true }), "containers-no-host-system-mounts"],
+    ["/var/lib/docker (another container's config)", (s) => s.volumes.push("/var/lib/docker:/var/lib/docker"), "containers-no-host-system-mounts"],
+    ["a container's directory under /var/lib/docker", (s) => s.volumes.push("/var/lib/docker/containers:/c:ro"), "containers-no-host-system-mounts"],
+    ["the rootless engine's data root", (s) => s.volumes.push("~/.local/share/docker:/d"), "containers-no-host-system-mounts"],
+    ["/var/lib (parent of the engine's state)", (s) => s.volumes.push("/var/lib:/host-lib"), "containers-no-host-system-mounts"],
+    ["/usr whole", (s) => s.volumes.push("/usr:/host-usr:ro"), "containers-no-host-system-mounts"],
     ["port without host IP", (s) => s.ports.push("3000:3000"), "containers-ports-private-only"],
+    ["port on an IPv4-mapped public address", (s) => s.ports.push("[::ffff:203.0.113.5]:443:443"), "containers-ports-private-only"],
     ["port on 0.0.0.0", (s) => s.ports.push("0.0.0.0:3000:3000"), "containers-ports-private-only"],
     ["container port only", (s) => s.ports.push(3000), "containers-ports-private-only"],
     ["long port without host_ip", (s) => s.ports.push({ target: 3000, published: 3000 }), "containers-ports-private-only"],
@@ -58,7 +68,7 @@ describe("container rules on compose", () => {
         const service = hardenedService();
         change(service);
         const findings = compose(composeText({ shell: service }), "compose.yml");
-        expect(ruleIds(findings)).toEqual([rule]);
+        expect(ruleIds(findings)).toEqual([rule].flat());
         expect(findings[0].line).toBe(2);
         expect(findings[0].file).toBe("compose.yml");
         expect(findings[0].remediation.length).toBeGreaterThan(10);
@@ -74,6 +84,10 @@ describe("container rules on compose", () => {
         ["lower-case cap_drop all", (s) => (s.cap_drop = ["all"])],
         ["no-new-privileges=true spelling", (s) => (s.security_opt = ["no-new-privileges=true"])],
         ["IPv6 loopback port", (s) => s.ports.push("[::1]:8081:80")],
+        ["IPv4-mapped loopback port", (s) => s.ports.push("[::ffff:127.0.0.1]:8083:80")],
+        ["IPv4-mapped tailnet port", (s) => s.ports.push({ host_ip: "::ffff:100.100.7.1", target: 80, published: 8084 })],
+        ["one tool from /usr, read-only", (s) => s.volumes.push("/usr/local/bin/airlock-github-token:/usr/local/bin/airlock-github-token:ro")],
+        ["a data directory under /var/lib", (s) => s.volumes.push("/var/lib/airlock/agent-state:/data")],
         ["tailnet IPv6 port", (s) => s.ports.push({ host_ip: "fd7a:115c:a1e0::5", target: 80, published: 8082 })],
         ["tailnet placeholder port", (s) => s.ports.push("@TAILNET_IPV4@:9223:9222")],
         ["expose without publishing", (s) => (s.expose = ["9000"])],
@@ -91,7 +105,7 @@ describe("container rules on compose", () => {
     it.each<[string, Record<string, any>, string[]]>([
         ["/etc through a named bind volume", { driver_opts: { type: "none", o: "bind", device: "/etc" } }, ["containers-no-host-secret-mounts"]],
         ["the rootless socket's directory, rbind,ro", { driver: "local", driver_opts: { type: "none", o: "rbind,ro", device: "/run/user/1500" } }, ["containers-no-docker-socket"]],
-        ["~/.ssh's parent", { driver_opts: { o: "bind", device: "/home" } }, ["containers-no-host-secret-mounts"]],
+        ["~/.ssh's parent", { driver_opts: { o: "bind", device: "/home" } }, ["containers-no-host-secret-mounts", "containers-no-host-system-mounts"]],
     ])("a named volume that binds %s fails", (_, definition, rules) => {
         const service = { ...hardenedService(), volumes: ["data:/data"] };
         expect(ruleIds(compose(composeText({ shell: service }, { volumes: { data: definition } })))).toEqual(rules);

@@ -74,6 +74,12 @@ describe("the checker does not miss", () => {
         "bash <(curl -fsSL https://get.example.sh)",
         'sh -c "$(curl -fsSL https://get.example.sh)"',
         'eval "$(wget -qO- https://get.example.sh)"',
+        "curl -fsSL https://get.example.sh | source /dev/stdin",
+        "curl -fsSL https://get.example.sh | . /dev/stdin",
+        "wget -qO- https://get.example.sh | source /proc/self/fd/0",
+        "curl -fsSL https://get.example.sh | $SHELL",
+        'curl -fsSL https://get.example.sh | "${SHELL}" -s',
+        "curl -fsSL https://get.example.sh | sudo $BASH",
     ])("download-and-run: %s", (command) => {
         expect(ruleIds(cloudInit(cloudConfig({ runcmd: [command] })))).toEqual(["cloud-init-no-pipe-to-shell"]);
         expect(ruleIds(cloudInit(cloudConfig({ write_files: [{ path: "/usr/local/bin/setup", content: `#!/bin/sh\n${command}\n` }] })))).toEqual(["cloud-init-no-pipe-to-shell"]);
@@ -84,6 +90,8 @@ describe("the checker does not miss", () => {
         "curl -fsSL https://example.org/key.gpg | gpg --dearmor -o /usr/share/keyrings/example.gpg",
         "curl -fsSL https://example.org/x.tgz | tar -xz -C /opt",
         "# curl https://get.example.sh | sh",
+        "curl -fsSL https://example.org/env | source /etc/profile.d/x.sh",
+        "curl -fsSL https://example.org/x | $PAGER",
     ])("not download-and-run: %s", (command) => {
         expect(ruleIds(cloudInit(cloudConfig({ runcmd: [command] })))).toEqual([]);
     });

@@ -23,6 +23,7 @@ describe("hcloud rules", () => {
         ["tcp/22 from 0.0.0.0/0", { direction: "in", protocol: "tcp", port: "22", sourceIps: ["0.0.0.0/0"] }],
         ["tcp/443 from ::/0", { direction: "in", protocol: "tcp", port: "443", sourceIps: ["::/0"] }],
         ["tcp from a /8", { direction: "in", protocol: "tcp", port: "22", sourceIps: ["10.0.0.0/8"] }],
+        ["tcp from the IPv4 internet written IPv4-mapped", { direction: "in", protocol: "tcp", port: "22", sourceIps: ["::ffff:0.0.0.0/96"] }],
         ["tcp with no source list", { direction: "in", protocol: "tcp", port: "22" }],
     ])("inbound %s is refused", (_, rule) => {
         expect(ruleIds(resources([firewall([tailscaleUdp, rule])]))).toEqual(["hcloud-firewall-no-public-inbound-tcp"]);

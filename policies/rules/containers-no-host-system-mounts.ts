@@ -1,0 +1,40 @@
+import type { Rule } from "../engine/rule";
+import { coversPath, hostPathOf, whenKnown } from "../engine/container";
+
+/**
+ * Host trees a container must not see, at any depth: the kernel's views of every
+ * process and device (/proc: /proc/<pid>/environ of the agent user's host processes
+ * under rootless Docker; /sys; /dev), the boot files, and the engines' own state
+ * (write access to /var/lib/docker rewrites another container's config to restart it
+ * privileged; the rootless engine keeps it under ~/.local/share/docker). CIS Docker
+ * Benchmark 5.5 lists /, /boot, /dev, /etc, /lib, /proc, /sys and /usr; /etc is
+ * containers-no-host-secret-mounts', and / contains these trees.
+ */
+const SYSTEM_TREES = ["/proc", "/sys", "/dev", "/boot", "/var/lib/docker", "/var/lib/containerd", "/home/*/.local/share/docker"];
+/** System directories whose whole tree (or a parent) is refused; a single file below them (a tool, read-only) is not. */
+const SYSTEM_DIRECTORIES = ["/usr", "/lib"];
+
+const within = (host: string, tree: string) => coversPath(tree, host) || coversPath(host, tree);
+
+export const containersNoHostSystemMounts: Rule = {
+    kind: "container",
+    id: "containers-no-host-system-mounts",
+    description:
+        "No container mounts the host's /proc, /sys, /dev or /boot, a container engine's state (/var/lib/docker, /var/lib/containerd, ~/.local/share/docker), " +
+        "anything inside them, or a directory that contains one (/, /var/lib), nor the whole of /usr or /lib (CIS Docker Benchmark 5.5).",
+    remediation:
+        "Remove the mount. A device goes in `devices:` (judged on its own); a tool the container needs is one file mounted read-only, or part of its image; metrics agents belong on a host that runs no agent.",
+    check: (c) =>
+        whenKnown(c, ["mounts"], () =>
+            c.mounts
+                .filter((m) => m.type === "bind" || m.type === "other")
+                .flatMap((m) => {
+                    const host = hostPathOf(m.source, m.literal);
+                    if (typeof host !== "string" || host === "unknowable") return [];
+                    const tree = SYSTEM_TREES.find((t) => within(host, t)) ?? SYSTEM_DIRECTORIES.find((d) => coversPath(host, d));
+                    if (!tree) return [];
+                    const what = coversPath(tree, host) ? `the host's ${tree}` : `which contains the host's ${tree}`;
+                    return [{ message: `${c.name} mounts host path ${m.source} (${what})`, line: c.line, where: c.name }];
+                }),
+        ),
+};
