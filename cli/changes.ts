@@ -59,7 +59,8 @@ export function readPlannedResources(file: string): PlannedResource[] {
     }
     if (!Array.isArray(preview?.steps)) throw new ConfigError([`${file}: steps: expected the list \`airlock plan\` or \`pulumi preview --json\` writes`]);
     return preview.steps.map((step, i) => {
-        const state = step?.newState;
+        // A real preview's delete step carries only the state it deletes.
+        const state = step?.newState ?? (step as { oldState?: PreviewJson["steps"][number]["newState"] })?.oldState;
         if (!state || typeof state.urn !== "string" || typeof state.type !== "string") throw new ConfigError([`${file}: steps[${i}].newState: expected a resource with urn and type`]);
         const { type, urn, custom, parent, inputs, propertyDependencies, ...options } = state;
         return {

@@ -150,5 +150,10 @@ describe("day two: what a change does on the next up", () => {
         expect(gateway.options).toMatchObject({ protect: true, deleteBeforeReplace: true, ignoreChanges: ["sshKeys", "userData"] });
         expect(read.find((r) => r.name === "airlock-prod-sandbox-server")!.options.ignoreChanges).toEqual(["sshKeys"]);
         expect(formatChanges(changesBetween(read, plan.resources), "x")).toBe("changes against x: none\n");
+        // A step that only deletes carries its old state (as in `pulumi preview --json`): read as it was.
+        const preview = JSON.parse(previewText(plan));
+        preview.steps[0] = { op: "delete", urn: preview.steps[0].urn, oldState: preview.steps[0].newState };
+        fs.writeFileSync(path.join(dir, "preview.json"), JSON.stringify(preview));
+        expect(readPlannedResources(path.join(dir, "preview.json"))[0]).toEqual(read[0]);
     });
 });
