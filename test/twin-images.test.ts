@@ -7,7 +7,7 @@ import { readQueryLog } from "../cli/querylog";
 import { readStackFile } from "../components/config/load";
 import type { StackConfig } from "../components/config/schema";
 import { TEMPLATES_DIR } from "../components/render/templates";
-import { adguardDataDir, renderAdguardConfig, renderGatewayCompose, renderSandboxCompose, ResolvedImages, RESOLVER_WORK_DIR } from "../components/workloads/compose";
+import { adguardDataDir, GATEWAY_AGENT_PATHS, renderAdguardConfig, renderGatewayCompose, renderSandboxCompose, ResolvedImages, RESOLVER_WORK_DIR } from "../components/workloads/compose";
 import { configuredImages } from "../components/workloads/images";
 import { REGISTRY_ADDRESS } from "../twin/contract";
 import { planStack } from "../cli/offline";
@@ -18,7 +18,7 @@ import { twinResolverUpstreams } from "../twin/userdata";
 import { startDockerd, TestDocker } from "./helpers/dockerd";
 import { inNamespace } from "./helpers/netns";
 import { pinnedKnownHosts } from "./helpers/sshdRig";
-import { deployedValues, editedStack, renderHosts, resourceNamed, SHIPPED_STACKS, stackFile } from "./helpers/stacks";
+import { deployedValues, editedStack, renderedFile, renderHosts, resourceNamed, SHIPPED_STACKS, stackFile } from "./helpers/stacks";
 import { installFiles, isRoot, run, toolsAvailable, withTailnetValues } from "./helpers/tools";
 
 /**
@@ -239,6 +239,8 @@ describe.runIf(canRun)("the twin's images and registry", () => {
     it("the gateway compose runs the real AdGuard Home, which answers, blocks and logs every query", () => {
         // The gateway's rendered files (ssh config, Hermes's managed files...) under a root of the test's own.
         installFiles(renderHosts(prod).gateway, root);
+        // The runtime's ssh config, as airlock-tailnet-render writes it at boot.
+        fs.writeFileSync(path.join(root, GATEWAY_AGENT_PATHS.sshConfig), withTailnetValues(renderedFile(renderHosts(prod).gateway, `${GATEWAY_AGENT_PATHS.sshConfig}.in`)), { mode: 0o644 });
         // The sandbox's host key pinned as at deploy (the runtime's preflight refuses a known_hosts that pins none).
         const hostKey = path.join(dir, "sandbox_host_ed25519");
         expect(run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", hostKey]).status).toBe(0);
