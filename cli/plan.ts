@@ -202,7 +202,12 @@ export interface HostSummary {
     runs: string[];
     internetInbound: string[];
     tailnetInbound: string[];
+    /** Characters of the rendered cloud-init document; deploy adds the join key and the sandbox's host key. */
+    userDataChars: number;
 }
+
+/** Hetzner's limit on a server's user_data ("Length must be between 0 and 32768", its API reference). */
+export const HETZNER_USER_DATA_LIMIT = 32_768;
 
 export interface PlanSummary {
     stack: string;
@@ -261,6 +266,7 @@ export function summarize(plan: StackPlan): PlanSummary {
             runs,
             internetInbound: rules,
             tailnetInbound,
+            userDataChars: [...(collectArtifacts(plan).get(role)?.["cloud-init.yaml"] ?? "")].length,
         };
     });
 
@@ -321,6 +327,10 @@ export function formatSummary(summary: PlanSummary, outDir: string): string {
         for (const item of host.runs) lines.push(`  runs      ${item}`);
         lines.push(`  internet  inbound ${host.internetInbound.join(", ") || "nothing"}`);
         lines.push(`  tailnet   inbound ${host.tailnetInbound.join("; ") || "nothing"}`);
+        const over = host.userDataChars - HETZNER_USER_DATA_LIMIT;
+        lines.push(
+            `  user_data ${host.userDataChars.toLocaleString("en")} characters before deploy-time keys; Hetzner accepts ${HETZNER_USER_DATA_LIMIT.toLocaleString("en")}${over > 0 ? ` (over by ${over.toLocaleString("en")}: not deployable yet, README "Deploy for real")` : ""}`,
+        );
     }
     lines.push("", `tailnet policy: ${summary.tailnetPolicy} (${path.join(outDir, "tailnet", "policy.hujson")})`);
     for (const note of summary.notes) lines.push(`note: ${note}`);

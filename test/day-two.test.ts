@@ -129,7 +129,13 @@ describe("day two: what a change does on the next up", () => {
         fs.copyFileSync(stackFile("dev"), path.join(stacks, "Pulumi.dev.yaml"));
         const out = path.join(stacks, "out");
         const plan = (...extra: string[]) => run("node", [path.join(REPO, "cli/airlock.js"), "--stacks-dir", stacks, "plan", "--stack", "dev", "--out", out, ...extra]);
-        expect(plan().status).toBe(0);
+        const first = plan();
+        expect(first.status).toBe(0);
+        // Each host's user_data against Hetzner's limit, counted in the document the plan wrote.
+        for (const role of ["gateway", "sandbox"]) {
+            const chars = [...fs.readFileSync(path.join(out, role, "cloud-init.yaml"), "utf8")].length;
+            expect(first.stdout).toContain(`  user_data ${chars.toLocaleString("en")} characters before deploy-time keys; Hetzner accepts 32,768 (over by ${(chars - 32_768).toLocaleString("en")}:`);
+        }
         expect(plan("--against", path.join(out, "preview.json")).stdout).toContain(`changes against ${path.join(out, "preview.json")}: none\n`);
         fs.writeFileSync(path.join(stacks, "Pulumi.dev.yaml"), fs.readFileSync(editedStack("dev", (c) => c["airlock:agent"].envAllowlist.push("TASK_ID")), "utf8"));
         const changed = plan("--against", path.join(out, "preview.json"));
