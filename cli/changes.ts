@@ -1,4 +1,3 @@
-import { createHash } from "node:crypto";
 import * as fs from "node:fs";
 import { artifactsOf, ConfigError, STASH_TYPE } from "../policies/contract";
 import { B2_BUCKET_REPLACED_BY, B2_KEY_REPLACED_BY } from "../components/b2/resources";
@@ -155,12 +154,12 @@ function differingInputs(
 
 const hostOf = (serverName: string) => serverName.replace(/-server$/, "");
 
-/** Host (its component's name) -> digest of its rendered cloud-init.yaml. */
+/** Host (its component's name) -> its rendered cloud-init.yaml. */
 function renderedDocuments(resources: PlannedResource[]): Map<string, string> {
     const out = new Map<string, string>();
     for (const r of resources) {
         const document = r.type === STASH_TYPE ? artifactsOf(r.inputs)?.["cloud-init.yaml"] : undefined;
-        if (document !== undefined) out.set(r.name.replace(/-artifacts$/, ""), createHash("sha256").update(document).digest("hex"));
+        if (document !== undefined) out.set(r.name.replace(/-artifacts$/, ""), document);
     }
     return out;
 }

@@ -306,6 +306,16 @@ export function hostPathOf(source: string | undefined, literal = false): string 
     return p.length > 1 ? p.replace(/\/$/, "") : p;
 }
 
+/** Each bind mount of the container with its host path (hostPathOf: "unknowable" when a variable decides it). */
+export function hostBinds(c: ContainerSpec): { mount: Mount; host: string }[] {
+    return c.mounts
+        .filter((m) => m.type === "bind" || m.type === "other")
+        .flatMap((mount) => {
+            const host = hostPathOf(mount.source, mount.literal);
+            return host === undefined ? [] : [{ mount, host }];
+        });
+}
+
 /**
  * True when the host path `dir` is `target` or one of its parent directories
  * (`*` in either matches one path segment; /var/run is /run).

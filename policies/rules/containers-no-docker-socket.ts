@@ -1,6 +1,6 @@
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
-import { coversPath, hostPathOf, whenKnown } from "../engine/container";
+import { coversPath, hostBinds, whenKnown } from "../engine/container";
 
 /** Sockets that control a container engine: mounting one (or a parent directory) is root on the host. */
 const ENGINE_SOCKETS = [
@@ -21,12 +21,10 @@ export const containersNoDockerSocket: Rule = {
     check: (c) =>
         whenKnown(c, ["mounts"], () => {
             const problems: Problem[] = [];
-            for (const mount of c.mounts) {
-                if (mount.type !== "bind" && mount.type !== "other") continue;
-                const host = hostPathOf(mount.source, mount.literal);
+            for (const { mount, host } of hostBinds(c)) {
                 if (host === "unknowable") {
                     problems.push({ message: `${c.name} mounts ${mount.source}, whose host path depends on a variable`, line: c.line, where: c.name, unverifiable: true });
-                } else if (host && ENGINE_SOCKETS.some((socket) => coversPath(host, socket))) {
+                } else if (ENGINE_SOCKETS.some((socket) => coversPath(host, socket))) {
                     problems.push({ message: `${c.name} mounts ${mount.source}, which is or contains a container-engine socket`, line: c.line, where: c.name });
                 }
             }

@@ -1,5 +1,5 @@
 import type { Rule } from "../engine/rule";
-import { coversPath, hostPathOf, whenKnown } from "../engine/container";
+import { coversPath, hostBinds, whenKnown } from "../engine/container";
 
 /** Host paths that hold credentials: configuration, root's home, ssh keys. */
 const SECRET_PATHS = ["/etc", "/root", "/home/*/.ssh"];
@@ -11,12 +11,8 @@ export const containersNoHostSecretMounts: Rule = {
     remediation: "Mount only the files the container needs (a project directory, a named volume); pass secrets per command instead.",
     check: (c) =>
         whenKnown(c, ["mounts"], () =>
-            c.mounts
-            .filter((m) => m.type === "bind" || m.type === "other")
-            .filter((m) => {
-                const host = hostPathOf(m.source, m.literal);
-                return typeof host === "string" && host !== "unknowable" && SECRET_PATHS.some((secret) => coversPath(host, secret));
-            })
-            .map((m) => ({ message: `${c.name} mounts host path ${m.source}`, line: c.line, where: c.name })),
+            hostBinds(c)
+                .filter(({ host }) => host !== "unknowable" && SECRET_PATHS.some((secret) => coversPath(host, secret)))
+                .map(({ mount }) => ({ message: `${c.name} mounts host path ${mount.source}`, line: c.line, where: c.name })),
         ),
 };

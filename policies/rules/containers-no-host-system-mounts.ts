@@ -1,5 +1,5 @@
 import type { Rule } from "../engine/rule";
-import { coversPath, hostPathOf, whenKnown } from "../engine/container";
+import { coversPath, hostBinds, whenKnown } from "../engine/container";
 
 /**
  * Host trees a container must not see, at any depth: the kernel's views of every
@@ -26,15 +26,12 @@ export const containersNoHostSystemMounts: Rule = {
         "Remove the mount. A device goes in `devices:` (judged on its own); a tool the container needs is one file mounted read-only, or part of its image; metrics agents belong on a host that runs no agent.",
     check: (c) =>
         whenKnown(c, ["mounts"], () =>
-            c.mounts
-                .filter((m) => m.type === "bind" || m.type === "other")
-                .flatMap((m) => {
-                    const host = hostPathOf(m.source, m.literal);
-                    if (typeof host !== "string" || host === "unknowable") return [];
-                    const tree = SYSTEM_TREES.find((t) => within(host, t)) ?? SYSTEM_DIRECTORIES.find((d) => coversPath(host, d));
-                    if (!tree) return [];
-                    const what = coversPath(tree, host) ? `the host's ${tree}` : `which contains the host's ${tree}`;
-                    return [{ message: `${c.name} mounts host path ${m.source} (${what})`, line: c.line, where: c.name }];
-                }),
+            hostBinds(c).flatMap(({ mount, host }) => {
+                if (host === "unknowable") return [];
+                const tree = SYSTEM_TREES.find((t) => within(host, t)) ?? SYSTEM_DIRECTORIES.find((d) => coversPath(host, d));
+                if (!tree) return [];
+                const what = coversPath(tree, host) ? `the host's ${tree}` : `which contains the host's ${tree}`;
+                return [{ message: `${c.name} mounts host path ${mount.source} (${what})`, line: c.line, where: c.name }];
+            }),
         ),
 };
