@@ -1,7 +1,10 @@
+import { createHash } from "node:crypto";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { artifactsOf, ConfigError, STASH_TYPE } from "../policies/contract";
 import { parseCloudInit } from "../policies/engine/cloudInit";
+import { HETZNER_USER_DATA_LIMIT } from "../policies/rules/cloud-init-within-hetzner-user-data-limit";
+import { BUNDLE_FILES_PATH, BUNDLE_SOURCE_PATH, BundledFile, installedFiles } from "../components/render/bundle";
 import * as YAML from "yaml";
 import type { Finding } from "../policies/engine/finding";
 import { resourceLines } from "./check";
@@ -83,13 +86,20 @@ export function collectArtifacts(plan: StackPlan): Map<string, Record<string, st
     const cached = collected.get(plan);
     if (cached) return cached;
     const folders = new Map<string, Record<string, string>>();
-    for (const r of plan.resources) {
+    const stashed = plan.resources.flatMap((r) => {
         const artifacts = r.type === STASH_TYPE ? artifactsOf(r.inputs) : undefined;
-        if (!artifacts) continue;
-        const folder = folderOf(plan, r);
+        return artifacts ? [{ folder: folderOf(plan, r), artifacts }] : [];
+    });
+    // The host code bundle, by its sha256: each host's bundled files are rendered from it as its installer renders them.
+    const bundles = new Map(
+        stashed.filter((s) => s.folder === "bundle").flatMap((s) => Object.values(s.artifacts).map((text) => [createHash("sha256").update(text, "utf8").digest("hex"), text] as const)),
+    );
+    for (const { folder, artifacts } of stashed) {
         const files = { ...artifacts };
         if (artifacts["cloud-init.yaml"] !== undefined) {
-            for (const file of parseCloudInit(artifacts["cloud-init.yaml"]).files) files[file.path.replace(/^\//, "")] = file.content;
+            const written = parseCloudInit(artifacts["cloud-init.yaml"]).files;
+            for (const file of written) files[file.path.replace(/^\//, "")] = file.content;
+            for (const file of bundledFilesOf(written, bundles)) files[file.path.replace(/^\//, "")] = file.content;
         }
         folders.set(folder, files);
     }
@@ -97,10 +107,21 @@ export function collectArtifacts(plan: StackPlan): Map<string, Record<string, st
     return folders;
 }
 
+/** The files a host's installer writes from the bundle its user_data names (none when it names none). */
+function bundledFilesOf(written: { path: string; content: string }[], bundles: Map<string, string>): { path: string; content: string }[] {
+    const source = written.find((f) => f.path === BUNDLE_SOURCE_PATH);
+    const list = written.find((f) => f.path === BUNDLE_FILES_PATH);
+    if (!source || !list) return [];
+    const { sha256 } = JSON.parse(source.content) as { sha256: string };
+    const bundle = bundles.get(sha256);
+    if (bundle === undefined) throw new Error(`${BUNDLE_SOURCE_PATH} names bundle ${sha256}, which this plan does not publish`);
+    return installedFiles(JSON.parse(list.content) as BundledFile[], bundle);
+}
+
 /** Marks a folder as airlock plan output: only such a folder is ever replaced. */
 export const PLAN_MARKER = ".airlock-plan";
 /** What a plan writes at its top level (also in plans from before the marker existed). */
-const PLAN_ENTRIES = new Set([PLAN_MARKER, "preview.json", "gateway", "sandbox", "tailnet"]);
+const PLAN_ENTRIES = new Set([PLAN_MARKER, "preview.json", "gateway", "sandbox", "tailnet", "bundle"]);
 
 const failure = (err: unknown) => (err as NodeJS.ErrnoException).code ?? String(err);
 
@@ -206,8 +227,6 @@ export interface HostSummary {
     userDataChars: number;
 }
 
-/** Hetzner's limit on a server's user_data ("Length must be between 0 and 32768", its API reference). */
-export const HETZNER_USER_DATA_LIMIT = 32_768;
 
 export interface PlanSummary {
     stack: string;
@@ -329,7 +348,7 @@ export function formatSummary(summary: PlanSummary, outDir: string): string {
         lines.push(`  tailnet   inbound ${host.tailnetInbound.join("; ") || "nothing"}`);
         const over = host.userDataChars - HETZNER_USER_DATA_LIMIT;
         lines.push(
-            `  user_data ${host.userDataChars.toLocaleString("en")} characters before deploy-time keys; Hetzner accepts ${HETZNER_USER_DATA_LIMIT.toLocaleString("en")}${over > 0 ? ` (over by ${over.toLocaleString("en")}: not deployable yet, README "Deploy for real")` : ""}`,
+            `  user_data ${host.userDataChars.toLocaleString("en")} characters before deploy-time keys; Hetzner accepts ${HETZNER_USER_DATA_LIMIT.toLocaleString("en")}${over > 0 ? ` (over by ${over.toLocaleString("en")}: Hetzner refuses the server)` : ""}`,
         );
     }
     lines.push("", `tailnet policy: ${summary.tailnetPolicy} (${path.join(outDir, "tailnet", "policy.hujson")})`);

@@ -3,6 +3,8 @@ import * as pulumi from "@pulumi/pulumi";
 import * as tls from "@pulumi/tls";
 import type { StackConfig } from "./config/schema";
 import { GatewayHost } from "./gatewayHost";
+import { HostBundle } from "./hostBundle";
+import { renderBundle } from "./render/bundle";
 import { BackupBucket } from "./backupBucket";
 import { SandboxHost } from "./sandboxHost";
 import { Tailnet } from "./tailnet";
@@ -20,6 +22,8 @@ export class Deployment extends pulumi.ComponentResource {
     readonly gateway: GatewayHost;
     readonly sandbox: SandboxHost;
     readonly workloads: Workloads;
+    /** The host code both hosts download at first boot. */
+    readonly bundle: HostBundle;
     /** One bucket per machine; both are written by the gateway (the sandbox holds no backup key). */
     readonly backups: Record<"gateway" | "sandbox", BackupBucket>;
 
@@ -55,8 +59,21 @@ export class Deployment extends pulumi.ComponentResource {
 
         this.workloads = new Workloads(`${name}-workloads`, { config: cfg }, { parent: this });
 
+        this.bundle = new HostBundle(
+            `${name}-bundle`,
+            {
+                prefix: cfg.prefix,
+                bundle: renderBundle(),
+                mirrorUrl: cfg.hosts.bundleUrl,
+                retentionDays: cfg.backup.retentionDays,
+                uniqueSeed: cfg.breakGlassSshPublicKey,
+            },
+            { parent: this },
+        );
+
         const common = {
             prefix: cfg.prefix,
+            bundleUrl: this.bundle.url,
             tailnet: this.tailnet,
             breakGlassSshKeyId,
             config: cfg,

@@ -3,6 +3,7 @@ import * as pulumi from "@pulumi/pulumi";
 import type * as tailscale from "@pulumi/tailscale";
 import { Artifacts, artifactStash } from "./artifacts";
 import { HostRole, RenderedHost, withBuiltImage, withSandboxHostKey, withTailnetKey } from "./render/hosts";
+import { withBundleUrl } from "./render/bundle";
 import { BUILT_SANDBOX_SHELL_PLACEHOLDER } from "./workloads/compose";
 import type { Tailnet } from "./tailnet";
 
@@ -32,6 +33,8 @@ export interface HostArgs {
     breakGlassSshKeyId: pulumi.Input<string>;
     /** The built sandbox-shell reference, when the stack builds it (filled into user_data at deploy). */
     builtSandboxShell?: pulumi.Output<string>;
+    /** Where the host downloads the host code bundle its user_data names (HostBundle). */
+    bundleUrl: pulumi.Output<string>;
     /** The sandbox's ssh host key: the sandbox gets the pair, the gateway pins the public half. */
     sandboxHostKey: { publicKey: pulumi.Output<string>; privateKey?: pulumi.Output<string> };
 }
@@ -92,11 +95,11 @@ export function provisionHost(
 
     // The rendered document plus what only exists at deploy time: the join key, the
     // sandbox's host key (its pair on the sandbox, its public half on the gateway),
-    // and the built image's digest-pinned reference.
+    // the bundle's URL and the built image's digest-pinned reference.
     const userData = pulumi
-        .all([rendered, joinKey.key, args.builtSandboxShell ?? "", args.sandboxHostKey.publicKey, args.sandboxHostKey.privateKey])
-        .apply(([host, key, built, hostPublicKey, hostPrivateKey]) => {
-            const withKeys = withSandboxHostKey(withTailnetKey(host.cloudInit, key), hostPublicKey, hostPrivateKey);
+        .all([rendered, joinKey.key, args.builtSandboxShell ?? "", args.sandboxHostKey.publicKey, args.sandboxHostKey.privateKey, args.bundleUrl])
+        .apply(([host, key, built, hostPublicKey, hostPrivateKey, bundleUrl]) => {
+            const withKeys = withBundleUrl(withSandboxHostKey(withTailnetKey(host.cloudInit, key), hostPublicKey, hostPrivateKey), bundleUrl);
             return built ? withBuiltImage(withKeys, BUILT_SANDBOX_SHELL_PLACEHOLDER, built) : withKeys;
         });
 

@@ -1,7 +1,9 @@
 import * as pulumi from "@pulumi/pulumi";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { B2Client, B2Error } from "../components/b2/client";
-import { B2ApplicationKey, B2Bucket, bucketProvider, keyProvider } from "../components/b2/resources";
+import { createHash } from "node:crypto";
+import { B2ApplicationKey, B2Bucket, bucketProvider, fileProvider, keyProvider } from "../components/b2/resources";
+import { renderBundle } from "../components/render/bundle";
 import { CONTEXT } from "./policies/helpers";
 import { judgeResources } from "../policies/engine/judge";
 import { FakeB2, startFakeB2 } from "./helpers/fakeB2";
@@ -72,6 +74,51 @@ describe("the B2 dynamic provider against the fake B2", () => {
         expect(b2.keys.has(created.id)).toBe(false);
         await keyProvider.delete!(created.id, created.outs);
         expect(await keyProvider.read!(created.id, created.outs)).toEqual({});
+    });
+});
+
+describe("the host code bundle on B2", () => {
+    const upload = async (bucketType?: "allPublic") => {
+        const bucketName = `airlock-dev-bundles-${createHash("sha1").update(String(Math.random())).digest("hex").slice(0, 10)}`;
+        const bucket = await bucketProvider.create({ b2Kind: "bucket", bucketName, retentionDays: 30, ...(bucketType ? { bucketType } : {}) });
+        const bundle = renderBundle();
+        const inputs = { b2Kind: "file" as const, bucketId: bucket.id, fileName: bundle.name, contentType: "application/json", content: bundle.text, contentSha1: createHash("sha1").update(bundle.text).digest("hex") };
+        return { bundle, inputs, file: await fileProvider.create(inputs) };
+    };
+
+    it("is uploaded with its SHA-1 to a public bucket, and anyone downloads exactly it, by the URL B2's download host gives", async () => {
+        const { bundle, file } = await upload("allPublic");
+        expect(file.outs.url).toBe(`${b2.url}/file/${b2.buckets.get(file.outs.bucketId)!.bucketName}/${bundle.name}`);
+        const response = await fetch(file.outs.url); // no Authorization header
+        expect(response.status).toBe(200);
+        expect(createHash("sha256").update(Buffer.from(await response.arrayBuffer())).digest("hex")).toBe(bundle.sha256);
+    });
+
+    it("a private bucket's file is refused without a key (the backups' buckets stay allPrivate)", async () => {
+        const { file } = await upload();
+        expect((await fetch(file.outs.url)).status).toBe(401);
+    });
+
+    it("an upload whose body does not match the SHA-1 sent is refused, as B2 refuses it", async () => {
+        const client = new B2Client({ applicationKeyId: b2.master.applicationKeyId, applicationKey: b2.master.applicationKey, authUrl: b2.url });
+        const bucket = await bucketProvider.create({ b2Kind: "bucket", bucketName: "airlock-dev-bundles-sha1", retentionDays: 30, bucketType: "allPublic" });
+        const target = await client.call("b2_get_upload_url", { bucketId: bucket.id });
+        const response = await fetch(target.uploadUrl, {
+            method: "POST",
+            headers: { Authorization: target.authorizationToken, "X-Bz-File-Name": "x.json", "Content-Type": "application/json", "X-Bz-Content-Sha1": "0".repeat(40) },
+            body: "{}",
+        });
+        expect(response.status).toBe(400);
+        expect(((await response.json()) as { message: string }).message).toBe("Sha1 did not match data received");
+    });
+
+    it("a new bundle is a new file; deleting one already gone is not an error", async () => {
+        const { inputs, file } = await upload("allPublic");
+        expect(await fileProvider.diff!(file.id, inputs, { ...inputs, content: `${inputs.content} ` })).toMatchObject({ changes: true, replaces: ["content"] });
+        expect(await fileProvider.diff!(file.id, inputs, { ...inputs })).toMatchObject({ changes: false });
+        await fileProvider.delete!(file.id, file.outs);
+        expect((await fetch(file.outs.url)).status).toBe(404);
+        await fileProvider.delete!(file.id, file.outs);
     });
 });
 

@@ -26,6 +26,7 @@ const T = {
     image: "docker:index/image:Image",
     hostKey: "tls:index/privateKey:PrivateKey",
     backups: "airlock:index:BackupBucket",
+    bundle: "airlock:index:HostBundle",
     b2: "pulumi-nodejs:dynamic:Resource",
 };
 
@@ -53,6 +54,9 @@ describe.each(SHIPPED_STACKS)("the %s stack under mocks", (stack) => {
             }
         }
         expected.push([T.workloads, `${p}-workloads`, `${T.deployment} ${p}`]);
+        // The host code bundle: uploaded to a bucket of its own unless the stack names a mirror.
+        expected.push([T.bundle, `${p}-bundle`, `${T.deployment} ${p}`], [T.stash, `${p}-bundle-artifacts`, `${T.bundle} ${p}-bundle`]);
+        if (!plan.config.hosts.bundleUrl) expected.push([T.b2, `${p}-bundle-bucket`, `${T.bundle} ${p}-bundle`], [T.b2, `${p}-bundle-file`, `${T.bundle} ${p}-bundle`]);
         expected.push([T.hostKey, `${p}-sandbox-host-key`, `${T.deployment} ${p}`]);
         for (const machine of ["gateway", "sandbox"]) {
             const component = `${p}-${machine}-backups`;
@@ -261,8 +265,8 @@ describe("backup buckets", () => {
     it("bucket names differ between organisations using the same prefix", async () => {
         const ours = await planShipped("dev");
         const theirs = await planStack(editedStack("dev", (c) => (c["airlock:breakGlassSshPublicKey"] = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPWKETrPt8oVYVlHKofRu0YtZmqfPRzEon0UODMLMRhF other")), "dev");
-        const names = (p: typeof ours) => resourcesOfType(p, T.b2).map((r) => r.inputs.bucketName).filter(Boolean);
-        expect(names(ours)).toHaveLength(2);
+        const names = (p: typeof ours) => resourcesOfType(p, T.b2).filter((r) => r.inputs.b2Kind === "bucket").map((r) => r.inputs.bucketName);
+        expect(names(ours)).toHaveLength(3); // both machines' backups and the host code bundle
         expect(names(ours).filter((n) => names(theirs).includes(n))).toEqual([]);
     });
 });

@@ -6,14 +6,16 @@ import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { StackConfig } from "../components/config/schema";
+import { renderBundle } from "../components/render/bundle";
 import { DNS_CAPTURE_LOG } from "../components/render/hosts";
 import { RESOLVER_WORK_DIR, RUNTIME_SSH_KEY } from "../components/workloads/compose";
 import { planStack } from "../cli/offline";
 import { collectArtifacts } from "../cli/plan";
-import { GUESTS, HOST_ADDRESS, twinNetns } from "../twin/contract";
+import { B2_DOWNLOAD_HOST, GUESTS, HOST_ADDRESS, twinNetns } from "../twin/contract";
 import { BACKUP_URL, backupStorage } from "../twin/backup";
 import { publishedUserData } from "../twin/metadata";
 import { runDirOf } from "../twin/network";
+import { twinB2Dir } from "../twin/standins";
 import { readState, start, stop } from "../twin/twin";
 import { substitutions } from "../twin/userdata";
 import { HERMES_VERSION } from "./helpers/hermes";
@@ -205,12 +207,36 @@ describe.runIf(canRun)("the twin", () => {
             expect(asRoot(role, "cloud-init query userdata").stdout).toBe(`${booted}\n`);
             for (const change of substitutions(planned, booted)) {
                 expect(
-                    /@TAILNET_AUTH_KEY@|@sha256:0{64}|@SANDBOX_HOST_(PUBLIC_)?KEY@|readonly FINGERPRINT=|^\s+restrict ssh-ed25519 |"@SANDBOX_SHELL_IMAGE@"|^\s+(upstream_dns|bootstrap_dns): \[/.test(change.planned),
+                    /@TAILNET_AUTH_KEY@|@BUNDLE_URL@|@sha256:0{64}|@SANDBOX_HOST_(PUBLIC_)?KEY@|readonly FINGERPRINT=|^\s+restrict ssh-ed25519 |"@SANDBOX_SHELL_IMAGE@"|^\s+(upstream_dns|bootstrap_dns): \[/.test(change.planned),
                     `unexplained change:\n- ${change.planned}\n+ ${change.twin}`,
                 ).toBe(true);
             }
         }
     }, 5 * MINUTE);
+
+    it("both hosts installed the host code from the bundle on B2's download host, by its sha256; one byte changed there and the installer refuses it, changing nothing", () => {
+        const bundle = renderBundle();
+        for (const role of ["gateway", "sandbox"] as const) {
+            expect(asRoot(role, "cat /var/lib/airlock/bundle/installed").stdout, role).toBe(`${bundle.sha256}\n`);
+            // Fetched over HTTPS from the download host's URL shape (the mirror answers as B2's f000).
+            expect(asRoot(role, "cat /etc/airlock/bundle.json").stdout, role).toContain(`"url": "https://${B2_DOWNLOAD_HOST}/file/`);
+            expect(asRoot(role, "grep -c 'airlock-bundle-install: installed' /var/log/cloud-init-output.log").stdout.trim(), role).toBe("1");
+        }
+        // The served object altered by one byte, the gateway's verified copy gone: a run of the installer refuses it.
+        const served = fs.readdirSync(path.join(twinB2Dir(STACK), "file"), { recursive: true }).map(String).find((f) => f.endsWith(bundle.name))!;
+        const servedFile = path.join(twinB2Dir(STACK), "file", served);
+        const before = asRoot("gateway", "sha256sum /usr/local/sbin/airlock-backup /etc/systemd/system/airlock-dns-capture.service").stdout;
+        fs.writeFileSync(servedFile, bundle.text.replace('"format"', '"formaT"'));
+        try {
+            const refused = asRoot("gateway", `mv /var/lib/airlock/bundle/${bundle.sha256}.json /root/kept-bundle.json && /usr/local/sbin/airlock-bundle-install; echo "exit $?"`, 15 * MINUTE);
+            expect(refused.stdout + refused.stderr).toContain(`has sha256 ${crypto.createHash("sha256").update(fs.readFileSync(servedFile)).digest("hex")}, user_data names ${bundle.sha256}`);
+            expect(refused.stdout).toMatch(/exit 1\n$/);
+            expect(asRoot("gateway", "sha256sum /usr/local/sbin/airlock-backup /etc/systemd/system/airlock-dns-capture.service").stdout).toBe(before);
+        } finally {
+            fs.writeFileSync(servedFile, bundle.text);
+            asRoot("gateway", `test -e /root/kept-bundle.json && mv /root/kept-bundle.json /var/lib/airlock/bundle/${bundle.sha256}.json`);
+        }
+    }, 20 * MINUTE);
 
     it("public port 22 is dropped by the firewall stand-in, and refused by sshd with it off; on the tailnet only gateway -> sandbox:22", () => {
         for (const role of ["gateway", "sandbox"] as const) expect(fromOutside(probe(GUESTS[role].address, 22)).stdout.trim(), role).toBe("timeout");

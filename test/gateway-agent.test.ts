@@ -194,7 +194,7 @@ describe("the runtime in the gateway's compose", () => {
 
     it("stages its secrets and mounts its filesystem before the compose file is checked and the agent's user manager starts", () => {
         const cloudInit = YAML.parse(full.cloudInit);
-        const runcmd = cloudInit.runcmd.map((c: string[]) => c.join(" "));
+        const runcmd = cloudInit.runcmd.map((c: string | string[]) => (Array.isArray(c) ? c.join(" ") : c));
         const first = runcmd.indexOf("systemctl enable --now airlock-resolver-state.service airlock-agent-state.service airlock-agent-secrets.service airlock-agent-key.service airlock-github-token.socket airlock-github-token-revoke.timer");
         expect(first).toBeGreaterThan(-1);
         expect(first).toBeLessThan(runcmd.indexOf("systemctl enable --now airlock-tailnet-config.service"));

@@ -31,7 +31,7 @@ describe.each(SHIPPED_STACKS)("rendered hosts of %s", (stack) => {
     });
 
     it("the sandbox installs Tailscale before its egress rules send DNS only to the gateway's resolver (twin finding: the package was never found)", () => {
-        const runcmd = (YAML.parse(renderHosts(cfg).sandbox.cloudInit).runcmd as string[][]).map((argv) => argv.join(" "));
+        const runcmd = (YAML.parse(renderHosts(cfg).sandbox.cloudInit).runcmd as (string | string[])[]).map((line) => (Array.isArray(line) ? line.join(" ") : line));
         const install = runcmd.indexOf("/usr/local/sbin/airlock-install-tailscale");
         const egress = runcmd.findIndex((line) => /enable --now airlock-egress\.service/.test(line));
         expect(install).toBeGreaterThanOrEqual(0);

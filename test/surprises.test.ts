@@ -50,7 +50,7 @@ describe("plan --out never deletes what it did not write", () => {
         const root = tempDir("replace");
         const out = path.join(root, "a", "b");
         expect(airlock(["plan", "--stack", "dev", "--out", out]).status).toBe(0);
-        expect(fs.readdirSync(out).sort()).toEqual([".airlock-plan", "gateway", "preview.json", "sandbox", "tailnet"]);
+        expect(fs.readdirSync(out).sort()).toEqual([".airlock-plan", "bundle", "gateway", "preview.json", "sandbox", "tailnet"]);
         fs.writeFileSync(path.join(out, "gateway", "stale-file"), "from an older plan\n");
         expect(airlock(["plan", "--stack", "dev", "--out", out]).status).toBe(0);
         expect(fs.existsSync(path.join(out, "gateway", "stale-file"))).toBe(false);

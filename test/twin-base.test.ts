@@ -238,7 +238,7 @@ describe.runIf(canServe)("the twin's apt mirror, served in a network namespace",
         // `ip netns exec` puts /etc/netns/<ns>/hosts over /etc/hosts: the names the guests use, resolved as the twin's DNS does.
         fs.mkdirSync(`/etc/netns/${netns}`, { recursive: true });
         fs.writeFileSync(`/etc/netns/${netns}/hosts`, `127.0.0.1 localhost\n${HOST_ADDRESS} deb.debian.org security.debian.org pkgs.tailscale.com\n`);
-        server = await startMirror({ netns, dir: mirror.dir, logFile, cacheDir: cache });
+        server = await startMirror({ netns, dir: mirror.dir, b2Dir: path.join(path.dirname(logFile), "b2"), logFile, cacheDir: cache });
     }, 600_000);
 
     afterAll(() => {

@@ -4,7 +4,7 @@ import * as path from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { OFFLINE_DIGEST, planStack } from "../cli/offline";
 import { collectArtifacts } from "../cli/plan";
-import { GuestRole, HOST_ADDRESS } from "../twin/contract";
+import { B2_DOWNLOAD_HOST, GuestRole, HOST_ADDRESS } from "../twin/contract";
 import { pinTailscaleKey, renderDeployment, substitutions, TwinDeployment, twinResolverUpstreams } from "../twin/userdata";
 import { tempDir } from "./helpers/stacks";
 
@@ -62,6 +62,7 @@ describe("the twin's user_data", () => {
         if (line.includes("@SANDBOX_HOST_PUBLIC_KEY@")) return { kind: "sandbox host public key", line: line.replace("@SANDBOX_HOST_PUBLIC_KEY@", hostKey.pub) };
         if (/readonly FINGERPRINT="[0-9A-F]{40}"/.test(line)) return { kind: "Tailscale key fingerprint", line: line.replace(/"[0-9A-F]{40}"/, `"${fingerprint}"`) };
         if (role === "gateway" && /^\s+(upstream_dns|bootstrap_dns): \[.+\]$/.test(line)) return { kind: "resolver upstreams", line: line.replace(/\[.+\]$/, `["${HOST_ADDRESS}"]`) };
+        if (line.includes("@BUNDLE_URL@")) return { kind: "bundle URL", line: line.replace("@BUNDLE_URL@", `https://${B2_DOWNLOAD_HOST}/${twin.bundle.path}`) };
         if (/^\s+restrict ssh-ed25519 \S+ \S+$/.test(line)) return { kind: "agent's authorized key", line: line.replace(/ssh-ed25519 \S+ \S+$/, `${agentKey.pub} twin-gateway-agent`) };
         return undefined;
     }
@@ -75,7 +76,7 @@ describe("the twin's user_data", () => {
             expect(change.twin).toBe(want!.line);
             kinds.add(want!.kind);
         }
-        const always = ["join key", "image digest", "Tailscale key fingerprint"];
+        const always = ["join key", "image digest", "Tailscale key fingerprint", "bundle URL"];
         expect([...kinds].sort()).toEqual(
             (role === "gateway" ? [...always, "sandbox host public key", "resolver upstreams"] : [...always, "sandbox host key", "sandbox host public key", "agent's authorized key"]).sort(),
         );

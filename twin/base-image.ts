@@ -6,6 +6,7 @@ import { ensureArchiveKey } from "./archive-key";
 import { ensureCa } from "./ca";
 import { TWIN_CACHE_DIR } from "./contract";
 import { TWIN_SOURCES } from "./sources";
+import { BEFORE_PACKAGES_DIRS } from "../components/render/bundle";
 
 /**
  * The twin's base image: Debian 12 as a cloud server, close to Hetzner's
@@ -76,8 +77,8 @@ export interface HostPackages {
     earlyFiles: Record<string, { content: string; permissions: string }>;
 }
 
-/** Where user_data's files are read while packages install: apt's settings, PostgreSQL's cluster creation. */
-export const EARLY_FILE_DIRS = ["/etc/apt/", "/etc/postgresql-common/"];
+/** Where user_data's files are read while packages install: apt's settings, PostgreSQL's cluster creation (so the host image installs them first). */
+export const EARLY_FILE_DIRS = BEFORE_PACKAGES_DIRS;
 
 export interface BaseImageInputs {
     packages: string[];

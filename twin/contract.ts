@@ -10,7 +10,7 @@ export const twinNetns = (stack: string) => `airlock-twin-${stack}`;
 
 /** The guests' "public" network (Hetzner's public interface stand-in). */
 export const PUBLIC_SUBNET = "10.77.0.0/24";
-/** dnsmasq (DHCP and DNS for the guests) and the apt mirror (HTTP 80; HTTPS 443 as pkgs.tailscale.com). */
+/** dnsmasq (DHCP and DNS for the guests) and the apt mirror (HTTP 80; HTTPS 443 as pkgs.tailscale.com and B2's download host). */
 export const HOST_ADDRESS = "10.77.0.1";
 /** The local registry (HTTPS 443) under the registry names the stack's images use. */
 export const REGISTRY_ADDRESS = "10.77.0.2";
@@ -25,11 +25,19 @@ export const GUESTS = {
 } as const;
 export type GuestRole = keyof typeof GUESTS;
 
+/**
+ * B2's download host as b2_authorize_account names it for an account (apiInfo.storageApi.downloadUrl,
+ * f000 to f005 by cluster): the twin's mirror answers as it, serving the host code bundle at
+ * /file/<bucket>/<name> as B2 serves a public bucket's file.
+ */
+export const B2_DOWNLOAD_HOST = "f000.backblazeb2.com";
+
 /** Names the twin's dnsmasq answers with its own services; every other name resolves to nothing. */
 export const TWIN_NAMES: Record<string, string> = {
     "deb.debian.org": HOST_ADDRESS,
     "security.debian.org": HOST_ADDRESS,
     "pkgs.tailscale.com": HOST_ADDRESS,
+    [B2_DOWNLOAD_HOST]: HOST_ADDRESS,
     "controlplane.tailscale.com": CONTROL_ADDRESS,
     "registry-1.docker.io": REGISTRY_ADDRESS,
 };

@@ -9,7 +9,7 @@ import { planStack, stackFilePath } from "../cli/offline";
 import { ensureArchiveKey, signRelease, type ArchiveKey } from "./archive-key";
 import type { BaseImage } from "./base-image";
 import { issueLeaf } from "./ca";
-import { HOST_ADDRESS, TWIN_CACHE_DIR } from "./contract";
+import { B2_DOWNLOAD_HOST, HOST_ADDRESS, TWIN_CACHE_DIR } from "./contract";
 import { TWIN_SOURCES } from "./sources";
 
 /**
@@ -40,7 +40,7 @@ const DEBIAN_SUITES = [
 export const TAILSCALE_REPO = "stable/debian";
 export const TAILSCALE_SUITE = "bookworm";
 /** Names the mirror's TLS certificate covers (the twin's DNS points them at the mirror). */
-const TLS_NAMES = ["pkgs.tailscale.com", "deb.debian.org", "security.debian.org"];
+const TLS_NAMES = ["pkgs.tailscale.com", "deb.debian.org", "security.debian.org", B2_DOWNLOAD_HOST];
 /** Release fields copied from Debian's own Release files, so the guests see the suites they expect. */
 const RELEASE_FIELDS = ["Origin", "Label", "Suite", "Version", "Codename", "Changelogs"];
 
@@ -326,11 +326,11 @@ export interface RunningMirror {
 /**
  * Serves `dir` inside the network namespace `netns`: HTTP on `address`:80 and,
  * with a twin-CA certificate for pkgs.tailscale.com (and the Debian names),
- * HTTPS on 443. Every request goes to `logFile`. The server outlives this
+ * HTTPS on 443; requests for B2's download host are served from `b2Dir`. Every request goes to `logFile`. The server outlives this
  * process (a twin keeps running after `twin up` returns): stop it with stop()
  * or by its pid.
  */
-export async function startMirror(options: { netns: string; dir: string; logFile: string; address?: string; cacheDir?: string }): Promise<RunningMirror> {
+export async function startMirror(options: { netns: string; dir: string; logFile: string; b2Dir: string; address?: string; cacheDir?: string }): Promise<RunningMirror> {
     const address = options.address ?? HOST_ADDRESS;
     const tls = issueLeaf({ dnsNames: TLS_NAMES, ips: [address], outDir: `${options.logFile}.tls`, name: "mirror", cacheDir: options.cacheDir });
     fs.mkdirSync(path.dirname(options.logFile), { recursive: true });
@@ -338,7 +338,7 @@ export async function startMirror(options: { netns: string; dir: string; logFile
     const out = fs.openSync(options.logFile, "a");
     const child = spawn(
         "ip",
-        ["netns", "exec", options.netns, "/usr/bin/python3", SERVER, "--root", options.dir, "--address", address, "--cert", tls.cert, "--key", tls.key, "--log", options.logFile],
+        ["netns", "exec", options.netns, "/usr/bin/python3", SERVER, "--root", options.dir, "--b2-root", options.b2Dir, "--address", address, "--cert", tls.cert, "--key", tls.key, "--log", options.logFile],
         { stdio: ["ignore", out, out], detached: true },
     );
     fs.closeSync(out);

@@ -78,7 +78,7 @@ export async function startStandIns({ stack, stackFile, log }: StandInOptions): 
     const mirror = await ensureMirror({ packages: [...packages].sort(), image: base, extraDebs: [deb], log });
     const hostImages = { gateway: await ensureBaseImage(log, TWIN_CACHE_DIR, hosts.gateway), sandbox: await ensureBaseImage(log, TWIN_CACHE_DIR, hosts.sandbox) };
     if (!daemonRunning(stack, "mirror")) {
-        const running = await startMirror({ netns: twinNetns(stack), dir: mirror.dir, logFile: path.join(runDir, "mirror.log") });
+        const running = await startMirror({ netns: twinNetns(stack), dir: mirror.dir, b2Dir: twinB2Dir(stack), logFile: path.join(runDir, "mirror.log") });
         fs.writeFileSync(pidFileOf(stack, "mirror"), `${running.pid}\n`);
     }
     if (!daemonRunning(stack, "coordinator")) {
@@ -124,6 +124,9 @@ export async function startStandIns({ stack, stackFile, log }: StandInOptions): 
         ...(pinned.has(BUILT_SANDBOX_SHELL_PLACEHOLDER) ? { builtSandboxShell: pinned.get(BUILT_SANDBOX_SHELL_PLACEHOLDER)! } : {}),
     };
 }
+
+/** What the mirror serves as B2's download host: the stack's host code bundle (written by the twin before a boot). */
+export const twinB2Dir = (stack: string) => path.join(runDirOf(stack), "b2");
 
 export function stopStandIns(stack: string): void {
     for (const name of ["registry", "coordinator", "mirror"]) stopDaemon(stack, name);

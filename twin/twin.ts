@@ -21,7 +21,7 @@ import { startBackupStandIn, stopBackupStandIn } from "./backup";
 import { publishMetadata, startMetadataService, stopMetadataService } from "./metadata";
 import { createNetwork, destroyNetwork, firewallOn, netnsExists, NotReadyError, runDirOf, setFirewall, TwinError, writeFirewall } from "./network";
 import type { ExecOptions, ExecResult } from "./qga";
-import { registryNames, startStandIns, StandIns, stopStandIns } from "./standins";
+import { registryNames, startStandIns, StandIns, stopStandIns, twinB2Dir } from "./standins";
 import { pinTailscaleKey, renderDeployment, TwinDeployment, twinResolverUpstreams } from "./userdata";
 
 /**
@@ -138,6 +138,10 @@ function newInstanceId(): string {
 
 async function boot(stack: string, state: TwinState, deployment: TwinDeployment, role: GuestRole, standIns: StandIns, log: Log): Promise<void> {
     const instanceId = newInstanceId();
+    // As a deploy uploads it before it creates the servers.
+    const bundleFile = path.join(twinB2Dir(stack), deployment.bundle.path);
+    fs.mkdirSync(path.dirname(bundleFile), { recursive: true });
+    fs.writeFileSync(bundleFile, deployment.bundle.text);
     publishMetadata(stack, role, {
         hostname: deployment.hostnames[role],
         instanceId,

@@ -3,7 +3,10 @@ import * as path from "node:path";
 import { diffLines } from "diff";
 import * as YAML from "yaml";
 import { planStack, PlannedResource, StackPlan } from "../cli/offline";
-import { GuestRole } from "./contract";
+import { bucketNameFor } from "../components/backupBucket";
+import { readStackFile } from "../components/config/load";
+import { renderBundle } from "../components/render/bundle";
+import { B2_DOWNLOAD_HOST, GuestRole } from "./contract";
 import type { FirewallRule } from "./network";
 
 /**
@@ -43,6 +46,8 @@ export interface TwinDeployment {
     /** The servers' ssh keys, as Hetzner's metadata lists them (public-keys). */
     sshKeys: string[];
     volume: { id: string; sizeGb: number };
+    /** The host code bundle as the B2 stand-in serves it: its path under the download host, and its text. */
+    bundle: { path: string; text: string };
 }
 
 const ROLE_LABEL = "airlock-role";
@@ -58,9 +63,15 @@ export function stackFileWithAgentKey(stackFile: string, agentPublicKey: string,
 
 export async function renderDeployment(stackFile: string, stack: string, values: DeployTimeValues, workDir: string): Promise<TwinDeployment> {
     const withKey = stackFileWithAgentKey(stackFile, values.agentPublicKey, path.join(workDir, `Pulumi.${stack}.yaml`));
+    const cfg = readStackFile(withKey);
+    if (cfg.hosts.bundleUrl) throw new Error("the twin serves the host code bundle as B2 does: unset airlock:hosts.bundleUrl for a twin");
+    // Where a deploy's B2 upload puts the bundle (HostBundle), on the download host the twin's mirror answers as.
+    const bundle = renderBundle();
+    const bundlePath = `file/${bucketNameFor(cfg.prefix, "bundles", cfg.breakGlassSshPublicKey)}/${bundle.name}`;
     const plan = await planStack(withKey, stack, {
         mode: "up",
         deployed: (type, name) => {
+            if (type === "pulumi-nodejs:dynamic:Resource" && name.endsWith("-bundle-file")) return { url: `https://${B2_DOWNLOAD_HOST}/${bundlePath}` };
             if (type === "tailscale:index/tailnetKey:TailnetKey") return { key: values.joinKeys[roleOfName(name)] };
             if (type === "tls:index/privateKey:PrivateKey") return { ...values.sandboxHostKey };
             if (type === "docker:index/image:Image") {
@@ -90,6 +101,7 @@ export async function renderDeployment(stackFile: string, stack: string, values:
         location: byRole(servers, (r) => String(r.inputs.location)),
         sshKeys: resourcesOf(plan, "hcloud:index/sshKey:SshKey").map((r) => String(r.inputs.publicKey)),
         volume: { id: volumes[0].id, sizeGb: Number(volumes[0].inputs.size) },
+        bundle: { path: bundlePath, text: bundle.text },
     };
 }
 

@@ -24,6 +24,9 @@ export interface LifecycleRule {
     daysFromUploadingToHiding: number | null;
 }
 
+/** allPublic: anyone may download its files (never list them); allPrivate: only with an authorization. */
+export type BucketType = "allPrivate" | "allPublic";
+
 export interface Bucket {
     bucketId: string;
     bucketName: string;
@@ -44,15 +47,15 @@ export interface ApplicationKey {
 const DEFAULT_AUTH_URL = "https://api.backblazeb2.com";
 
 export class B2Client {
-    private session?: { accountId: string; token: string; apiUrl: string };
+    private session?: { accountId: string; token: string; apiUrl: string; downloadUrl: string };
 
     constructor(private readonly credentials: B2Credentials, private readonly retry = { attempts: 5, baseMs: 500 }) {}
 
-    private async authorize(): Promise<{ accountId: string; token: string; apiUrl: string }> {
+    private async authorize(): Promise<{ accountId: string; token: string; apiUrl: string; downloadUrl: string }> {
         if (this.session) return this.session;
         const basic = Buffer.from(`${this.credentials.applicationKeyId}:${this.credentials.applicationKey}`).toString("base64");
         const body = await this.request("b2_authorize_account", `${this.credentials.authUrl ?? DEFAULT_AUTH_URL}/b2api/v3/b2_authorize_account`, { method: "GET", headers: { Authorization: `Basic ${basic}` } });
-        this.session = { accountId: body.accountId, token: body.authorizationToken, apiUrl: body.apiInfo.storageApi.apiUrl };
+        this.session = { accountId: body.accountId, token: body.authorizationToken, apiUrl: body.apiInfo.storageApi.apiUrl, downloadUrl: body.apiInfo.storageApi.downloadUrl };
         return this.session;
     }
 
@@ -103,9 +106,14 @@ export class B2Client {
         return (await this.authorize()).accountId;
     }
 
-    async createBucket(bucketName: string, lifecycleRules: LifecycleRule[], objectLockDays?: number): Promise<Bucket> {
+    /** The account's download host (b2_authorize_account's apiInfo.storageApi.downloadUrl): public files are at <it>/file/<bucket>/<name>. */
+    async downloadUrl(): Promise<string> {
+        return (await this.authorize()).downloadUrl;
+    }
+
+    async createBucket(bucketName: string, lifecycleRules: LifecycleRule[], objectLockDays?: number, bucketType: BucketType = "allPrivate"): Promise<Bucket> {
         const accountId = await this.accountId();
-        const bucket: Bucket = await this.call("b2_create_bucket", { accountId, bucketName, bucketType: "allPrivate", lifecycleRules, ...(objectLockDays ? { fileLockEnabled: true } : {}) });
+        const bucket: Bucket = await this.call("b2_create_bucket", { accountId, bucketName, bucketType, lifecycleRules, ...(objectLockDays ? { fileLockEnabled: true } : {}) });
         if (!objectLockDays) return bucket;
         // b2_create_bucket takes no default retention: it is b2_update_bucket's, once the bucket has Object Lock.
         return this.call("b2_update_bucket", {
@@ -115,8 +123,30 @@ export class B2Client {
         });
     }
 
-    async updateBucket(bucketId: string, lifecycleRules: LifecycleRule[]): Promise<Bucket> {
-        return this.call("b2_update_bucket", { accountId: await this.accountId(), bucketId, lifecycleRules });
+    async updateBucket(bucketId: string, lifecycleRules: LifecycleRule[], bucketType?: BucketType): Promise<Bucket> {
+        return this.call("b2_update_bucket", { accountId: await this.accountId(), bucketId, lifecycleRules, ...(bucketType ? { bucketType } : {}) });
+    }
+
+    /**
+     * One file, uploaded as b2_upload_file takes it: to the URL b2_get_upload_url gives,
+     * its name percent-encoded, its SHA-1 (hex) beside it (B2 refuses a body that does not match).
+     */
+    async uploadFile(bucketId: string, fileName: string, content: Buffer, contentType: string, sha1: string): Promise<{ fileId: string; fileName: string }> {
+        const target = await this.call("b2_get_upload_url", { bucketId });
+        return this.request("b2_upload_file", target.uploadUrl, {
+            method: "POST",
+            headers: {
+                Authorization: target.authorizationToken,
+                "X-Bz-File-Name": encodeURIComponent(fileName),
+                "Content-Type": contentType,
+                "X-Bz-Content-Sha1": sha1,
+            },
+            body: content,
+        });
+    }
+
+    async deleteFileVersion(fileName: string, fileId: string): Promise<void> {
+        await this.call("b2_delete_file_version", { fileName, fileId });
     }
 
     async findBucket(bucketId: string): Promise<Bucket | undefined> {

@@ -1,5 +1,6 @@
+import { createHash } from "node:crypto";
 import * as pulumi from "@pulumi/pulumi";
-import { B2Client, LifecycleRule } from "./client";
+import { B2Client, BucketType, LifecycleRule } from "./client";
 
 /**
  * B2 buckets and application keys as Pulumi dynamic resources (there is no
@@ -29,6 +30,8 @@ export interface BucketInputs {
     retentionDays: number;
     /** Object Lock default retention in days; fixed at creation. */
     objectLockDays?: number;
+    /** allPrivate unless said: only the host code bundle's bucket is allPublic. */
+    bucketType?: BucketType;
 }
 
 export const lifecycleRulesFor = (retentionDays: number): LifecycleRule[] => [
@@ -37,7 +40,7 @@ export const lifecycleRulesFor = (retentionDays: number): LifecycleRule[] => [
 
 export const bucketProvider: pulumi.dynamic.ResourceProvider = {
     async create(inputs: BucketInputs) {
-        const bucket = await client().createBucket(inputs.bucketName, lifecycleRulesFor(inputs.retentionDays), inputs.objectLockDays);
+        const bucket = await client().createBucket(inputs.bucketName, lifecycleRulesFor(inputs.retentionDays), inputs.objectLockDays, inputs.bucketType);
         return { id: bucket.bucketId, outs: { ...inputs, bucketId: bucket.bucketId, lifecycleRules: bucket.lifecycleRules } };
     },
     async read(id: string, props: BucketInputs & { lifecycleRules?: LifecycleRule[] }) {
@@ -48,11 +51,11 @@ export const bucketProvider: pulumi.dynamic.ResourceProvider = {
     },
     async diff(_id: string, olds: BucketInputs, news: BucketInputs) {
         const replaces = B2_BUCKET_REPLACED_BY.filter((k) => olds[k] !== news[k]);
-        const changes = replaces.length > 0 || olds.retentionDays !== news.retentionDays;
+        const changes = replaces.length > 0 || olds.retentionDays !== news.retentionDays || (olds.bucketType ?? "allPrivate") !== (news.bucketType ?? "allPrivate");
         return { changes, replaces, deleteBeforeReplace: replaces.includes("bucketName") ? false : undefined };
     },
     async update(id: string, _olds: BucketInputs, news: BucketInputs) {
-        const bucket = await client().updateBucket(id, lifecycleRulesFor(news.retentionDays));
+        const bucket = await client().updateBucket(id, lifecycleRulesFor(news.retentionDays), news.bucketType ?? "allPrivate");
         return { outs: { ...news, bucketId: id, lifecycleRules: bucket.lifecycleRules } };
     },
     async delete(id: string) {
@@ -95,6 +98,43 @@ export const keyProvider: pulumi.dynamic.ResourceProvider = {
     },
 };
 
+export interface FileInputs {
+    b2Kind: "file";
+    bucketId: string;
+    fileName: string;
+    contentType: string;
+    /** The file's content; a new content is a new file (and the old version deleted after). */
+    content: string;
+    /** Its SHA-1, hex, as b2_upload_file takes it (computed by the caller: a provider's code carries no crypto module). */
+    contentSha1: string;
+}
+
+/** One file in a bucket; its `url` is where anyone downloads it when the bucket is allPublic. */
+export const fileProvider: pulumi.dynamic.ResourceProvider = {
+    async create(inputs: FileInputs) {
+        const b2 = client();
+        const uploaded = await b2.uploadFile(inputs.bucketId, inputs.fileName, Buffer.from(inputs.content, "utf8"), inputs.contentType, inputs.contentSha1);
+        // The bucket's name as B2 has it (an input would follow a renamed stack's seed, which the bucket ignores).
+        const bucket = await b2.findBucket(inputs.bucketId);
+        if (!bucket) throw new Error(`B2 bucket ${inputs.bucketId} does not exist`);
+        const url = `${await b2.downloadUrl()}/file/${bucket.bucketName}/${encodeURIComponent(inputs.fileName)}`;
+        return { id: uploaded.fileId, outs: { ...inputs, fileId: uploaded.fileId, url } };
+    },
+    async diff(_id: string, olds: FileInputs, news: FileInputs) {
+        const replaces = (["bucketId", "fileName", "contentType", "content"] as const).filter((k) => olds[k] !== news[k]);
+        return { changes: replaces.length > 0, replaces };
+    },
+    async delete(id: string, props: FileInputs) {
+        const b2 = client();
+        try {
+            await b2.deleteFileVersion(props.fileName, id);
+        } catch (err) {
+            // Already gone (removed by hand, or with its bucket): nothing to delete.
+            if ((err as { code?: string }).code !== "file_not_present") throw err;
+        }
+    },
+};
+
 export class B2Bucket extends pulumi.dynamic.Resource {
     declare readonly bucketId: pulumi.Output<string>;
     declare readonly bucketName: pulumi.Output<string>;
@@ -111,5 +151,15 @@ export class B2ApplicationKey extends pulumi.dynamic.Resource {
 
     constructor(name: string, args: { purpose: KeyInputs["purpose"]; keyName: string; capabilities: string[]; bucketId?: pulumi.Input<string>; namePrefix?: string }, opts?: pulumi.CustomResourceOptions) {
         super(keyProvider, name, { b2Kind: "applicationKey", ...args, applicationKeyId: undefined, applicationKey: undefined }, { ...opts, additionalSecretOutputs: ["applicationKey"] });
+    }
+}
+
+export class B2File extends pulumi.dynamic.Resource {
+    declare readonly fileId: pulumi.Output<string>;
+    declare readonly url: pulumi.Output<string>;
+
+    constructor(name: string, args: { bucketId: pulumi.Input<string>; fileName: string; contentType: string; content: string }, opts?: pulumi.CustomResourceOptions) {
+        const contentSha1 = createHash("sha1").update(args.content, "utf8").digest("hex");
+        super(fileProvider, name, { b2Kind: "file", ...args, contentSha1, fileId: undefined, url: undefined }, opts);
     }
 }

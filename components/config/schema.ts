@@ -443,6 +443,20 @@ const stackConfigBase = z.strictObject({
             drillTables: z.array(tableName).default([]),
         })
         .prefault({}),
+    /** What both hosts boot from. */
+    hosts: z
+        .strictObject({
+            /**
+             * Where the hosts download the host code bundle (https, the folder that holds
+             * airlock-bundle-<sha256>.json, which the plan writes to out/<stack>/bundle/): the
+             * operator's mirror. Unset, the stack uploads it to a public-read B2 bucket of its own.
+             */
+            bundleUrl: z
+                .url({ protocol: /^https$/ })
+                .regex(/^https:\/\/[A-Za-z0-9.-]+(:\d+)?(\/[A-Za-z0-9._~%+=-]+)*\/?$/, "expected a plain https URL of a folder, like https://mirror.example.com/airlock")
+                .optional(),
+        })
+        .prefault({}),
     /** `pulumi destroy` keeps the backup buckets and the workspace volume unless this is true (set it and `up` first). */
     deleteDataOnDestroy: z.boolean().default(false),
 });

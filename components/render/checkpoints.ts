@@ -1,6 +1,6 @@
 import type { StackConfig } from "../config/schema";
 import { renderSessionCompose, ResolvedImages, SANDBOX_COMPOSE_PROJECT, SESSION_SECRET_VARIABLE, SESSION_WORKSPACES_DIR } from "../workloads/compose";
-import { renderTemplate } from "./templates";
+import { fromTemplate, HostFile } from "./bundle";
 
 /**
  * The sandbox's undo button (checkpoints) and disposable sessions: the root engine,
@@ -17,12 +17,6 @@ export const CHECKPOINT_CLIENT_PATH = "/usr/local/libexec/airlock/checkpoint-cli
 export const SESSION_COMPOSE_PATH = "/etc/airlock/compose.session.yml.in";
 /** The volume's top level: root only. */
 export const VOLUME_DIR = "/var/lib/airlock/volume";
-
-interface File {
-    path: string;
-    content: string;
-    permissions: string;
-}
 
 /** What the root engine reads (templates/scripts/checkpoint); every path it touches is here. */
 export function checkpointsConfig(cfg: StackConfig): Record<string, unknown> {
@@ -43,18 +37,14 @@ export function checkpointsConfig(cfg: StackConfig): Record<string, unknown> {
     };
 }
 
-export function checkpointFiles(cfg: StackConfig, images: ResolvedImages): File[] {
-    const files: File[] = [
-        { path: CHECKPOINT_ENGINE_PATH, content: renderTemplate("scripts/checkpoint", {}), permissions: "0700" },
+export function checkpointFiles(cfg: StackConfig, images: ResolvedImages): HostFile[] {
+    const files: HostFile[] = [
+        fromTemplate(CHECKPOINT_ENGINE_PATH, "scripts/checkpoint", {}, "0700"),
         { path: CHECKPOINTS_CONFIG_PATH, content: `${JSON.stringify(checkpointsConfig(cfg), null, 2)}\n`, permissions: "0644" },
-        { path: DESTRUCTIVE_RULES_PATH, content: renderTemplate("checkpoints/destructive-commands", {}), permissions: "0644" },
-        {
-            path: CHECKPOINT_CLIENT_PATH,
-            content: renderTemplate("scripts/checkpoint-client.bash", { autoCheckpoint: String(cfg.sandbox.checkpoints.auto), sessions: cfg.sandbox.sessions.mode }),
-            permissions: "0644",
-        },
-        { path: "/etc/systemd/system/airlock-checkpoints.service", content: renderTemplate("systemd/airlock-checkpoints.service", { engine: CHECKPOINT_ENGINE_PATH }), permissions: "0644" },
-        { path: "/etc/systemd/system/airlock-checkpoints.timer", content: renderTemplate("systemd/airlock-checkpoints.timer", {}), permissions: "0644" },
+        fromTemplate(DESTRUCTIVE_RULES_PATH, "checkpoints/destructive-commands", {}, "0644"),
+        fromTemplate(CHECKPOINT_CLIENT_PATH, "scripts/checkpoint-client.bash", { autoCheckpoint: String(cfg.sandbox.checkpoints.auto), sessions: cfg.sandbox.sessions.mode }, "0644"),
+        fromTemplate("/etc/systemd/system/airlock-checkpoints.service", "systemd/airlock-checkpoints.service", { engine: CHECKPOINT_ENGINE_PATH }, "0644"),
+        fromTemplate("/etc/systemd/system/airlock-checkpoints.timer", "systemd/airlock-checkpoints.timer", {}, "0644"),
     ];
     if (cfg.sandbox.sessions.mode === "per-session") {
         files.push({ path: SESSION_COMPOSE_PATH, content: renderSessionCompose(cfg, images), permissions: "0644" });

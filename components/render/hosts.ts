@@ -1,4 +1,5 @@
 import * as path from "node:path";
+import { gzipSync } from "node:zlib";
 import * as YAML from "yaml";
 import { HERMES_RUNTIME, RUNTIME_PINNED_ENV, TAILNET_AUTH_KEY_PATH, TAILNET_AUTH_KEY_PLACEHOLDER, TAILNET_DOMAIN_PLACEHOLDER } from "../../policies/contract";
 import { AGENT_SUBORDINATE_IDS, FORBIDDEN_ENV, type StackConfig } from "../config/schema";
@@ -24,10 +25,13 @@ import {
     RUNTIME_SSH_KEY,
 } from "../workloads/compose";
 import { CHECKPOINT_ENGINE_PATH, checkpointFiles } from "./checkpoints";
-import { renderSandboxSeccompProfile, SANDBOX_SECCOMP_PROFILE_PATH } from "./seccomp";
+import { SANDBOX_SECCOMP_PROFILE_PATH } from "./seccomp";
+import { embeddedKind } from "../../policies/engine/judge";
 import { renderTemplate } from "./templates";
+import { BEFORE_PACKAGES_DIRS, Bundle, BUNDLE_INSTALLER_PATH, BUNDLE_FILES_PATH, BUNDLE_SOURCE_PATH, bundledFilesText, bundleSourceText, fromGenerated, fromTemplate, HostFile, renderBundle } from "./bundle";
 
 export { TAILNET_AUTH_KEY_PATH, TAILNET_AUTH_KEY_PLACEHOLDER };
+export type { HostFile };
 
 /**
  * Pure rendering of everything a host runs: the files cloud-init writes, and the
@@ -36,14 +40,6 @@ export { TAILNET_AUTH_KEY_PATH, TAILNET_AUTH_KEY_PLACEHOLDER };
  */
 
 export type HostRole = "gateway" | "sandbox";
-
-export interface HostFile {
-    /** Absolute path on the host. */
-    path: string;
-    content: string;
-    /** Octal mode, as cloud-init's write_files takes it. */
-    permissions: string;
-}
 
 export interface RenderedHost {
     role: HostRole;
@@ -54,6 +50,8 @@ export interface RenderedHost {
      * goes: fully known at preview, so policies judge exactly what will boot.
      */
     cloudInit: string;
+    /** The host code bundle user_data names (the same for every stack of this airlock version). */
+    bundle: Bundle;
 }
 
 /**
@@ -72,6 +70,10 @@ export const SSHD_TEMPLATE_PATH = "/etc/airlock/sshd_config.in";
 /** The compose template; airlock-tailnet-render writes /etc/airlock/compose.yml from it. */
 export const COMPOSE_TEMPLATE_PATH = "/etc/airlock/compose.yml.in";
 const RENDER = "/usr/local/sbin/airlock-tailnet-render";
+/** The resolver's settings as rendered; copied into AdGuard Home's data directory at every start. */
+const ADGUARD_CONFIG_PATH = "/etc/airlock/adguard/AdGuardHome.yaml";
+/** Stays in user_data: the Tailscale repository key it pins is where trust in tailscaled starts (the twin pins its own). */
+const INSTALL_TAILSCALE_PATH = "/usr/local/sbin/airlock-install-tailscale";
 export const SANDBOX_WRAPPER_PATH = "/usr/local/libexec/airlock/sandbox-shell";
 /** Every DNS query from the tailnet, captured on the gateway (tcpdump's lines), rotated by size to .1 ... .(FILES-1). */
 export const DNS_CAPTURE_LOG = "/var/log/airlock/dns/queries.log";
@@ -92,17 +94,9 @@ export const BROKER_SOCKET_PATH = "/run/airlock/broker.sock";
 /** What the wrapper knows of the agent runtime's own commands (its frames, its copy back), sourced beside it. */
 export const HERMES_CLIENT_PATH = "/usr/local/libexec/airlock/hermes-client.bash";
 
-const script = (path: string, template: string, vars: Record<string, string> = {}): HostFile => ({
-    path,
-    content: renderTemplate(template, vars),
-    permissions: "0755",
-});
+const script = (path: string, template: string, vars: Record<string, string> = {}): HostFile => fromTemplate(path, template, vars, "0755");
 
-const config = (path: string, template: string, vars: Record<string, string> = {}): HostFile => ({
-    path,
-    content: renderTemplate(template, vars),
-    permissions: "0644",
-});
+const config = (path: string, template: string, vars: Record<string, string> = {}): HostFile => fromTemplate(path, template, vars, "0644");
 
 /** The gateway's ssh client config for the sandbox, naming it `hostName` (the host key is pinned for the short name). */
 function sandboxSshConfig(cfg: StackConfig, path: string, installedAs: string, hostName: string): HostFile {
@@ -150,7 +144,7 @@ function commonFiles(cfg: StackConfig, role: HostRole, units: HostUnits): HostFi
         // Written before cloud-init installs the packages list (write_files runs first).
         config("/etc/apt/apt.conf.d/90airlock-no-recommends", "apt/90airlock-no-recommends"),
         config(DHCP_KEEP_RESOLV_CONF_PATH, "dhcp/keep-resolv-conf"),
-        script("/usr/local/sbin/airlock-install-tailscale", "scripts/install-tailscale"),
+        script(INSTALL_TAILSCALE_PATH, "scripts/install-tailscale"),
         script("/usr/local/sbin/airlock-tailnet-join", "scripts/tailnet-join", {
             hostname: cfg.hostnames[role],
             tag: role === "gateway" ? cfg.tailnet.gatewayTag : cfg.tailnet.sandboxTag,
@@ -256,12 +250,12 @@ export function renderSandbox(cfg: StackConfig, images: ResolvedImages): Rendere
         config(`/etc/systemd/system/${EGRESS_UNIT}`, "systemd/airlock-egress.service"),
         config("/etc/systemd/system/airlock-egress-watch.service", "systemd/airlock-egress-watch.service"),
         config("/etc/systemd/system/airlock-egress-watch.timer", "systemd/airlock-egress-watch.timer"),
-        { path: "/etc/airlock/egress-resolver.nft.in", content: renderTemplate("nftables/egress-resolver.nft", {}), permissions: "0600" },
+        fromTemplate("/etc/airlock/egress-resolver.nft.in", "nftables/egress-resolver.nft", {}, "0600"),
         // Its containers resolve through the gateway, under Docker's seccomp profile without btrfs subvolume,
         // snapshot and reflink calls; its trust key lives in the one directory the agent owns (Docker 20.10 writes it next to
         // daemon.json by default, and that directory is root's: no daemon).
         config("/etc/airlock/docker-daemon.json.in", "docker/sandbox-daemon.json", { agentUser: user, seccompProfile: SANDBOX_SECCOMP_PROFILE_PATH }),
-        { path: SANDBOX_SECCOMP_PROFILE_PATH, content: renderSandboxSeccompProfile(), permissions: "0644" },
+        fromGenerated(SANDBOX_SECCOMP_PROFILE_PATH, "generated/sandbox-seccomp.json", "0644"),
         script("/usr/local/sbin/airlock-egress-refresh", "scripts/egress-refresh", { allowlist: cfg.dns.allowlist.map((d) => `"${d}"`).join(" ") }),
         config("/etc/systemd/system/airlock-egress-refresh.service", "systemd/airlock-egress-refresh.service"),
         config("/etc/systemd/system/airlock-egress-refresh.timer", "systemd/airlock-egress-refresh.timer"),
@@ -288,7 +282,7 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
     const adguard = adguardDataDir(cfg);
     // The rendered AdGuard config replaces the live one at every start: this stack is the source of truth.
     const workloadsPre = [
-        `/usr/bin/install -D -m 0600 /etc/airlock/adguard/AdGuardHome.yaml ${adguard}/conf/AdGuardHome.yaml`,
+        `/usr/bin/install -D -m 0600 ${ADGUARD_CONFIG_PATH} ${adguard}/conf/AdGuardHome.yaml`,
         // The resolver first, on its own: compose pulls every image before it starts any
         // container, so the sandbox's DNS would wait for (or die with) the runtime's image.
         [...COMPOSE_COMMAND, "up", "--detach", "--no-deps", RESOLVER_SERVICE].join(" "),
@@ -332,13 +326,13 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
             runtimeKey: cfg.gateway.agent ? GATEWAY_AGENT_PATHS.runtimeSshKey : "",
             rootKey: GATEWAY_ROOT_SANDBOX_KEY,
         }),
-        { path: "/etc/airlock/adguard/AdGuardHome.yaml", content: renderAdguardConfig(cfg), permissions: "0644" },
+        { path: ADGUARD_CONFIG_PATH, content: renderAdguardConfig(cfg), permissions: "0644" },
         ...resolverStateFiles(cfg),
         ...agentRuntimeFiles(cfg),
         ...githubTokenFiles(cfg),
         ...backupFiles(cfg),
         // Tailnet DNS to AdGuard Home's unprivileged port: no user may bind below 1024.
-        { path: DNS_REDIRECT_PATH, content: renderTemplate("nftables/gateway-dns-redirect.nft", { resolverPort: String(RESOLVER_PUBLISHED_PORT) }), permissions: "0600" },
+        fromTemplate(DNS_REDIRECT_PATH, "nftables/gateway-dns-redirect.nft", { resolverPort: String(RESOLVER_PUBLISHED_PORT) }, "0600"),
         config("/etc/systemd/system/airlock-dns-redirect.service", "systemd/airlock-dns-redirect.service"),
         script("/usr/local/libexec/airlock/dns-capture", "scripts/dns-capture", { perClientSecond: String(DNS_CAPTURE_PER_CLIENT_SECOND) }),
         config("/etc/systemd/system/airlock-dns-capture.service", "systemd/airlock-dns-capture.service", {
@@ -665,21 +659,70 @@ function auditFiles(cfg: StackConfig): HostFile[] {
         querylog: [`${data}/querylog.json.1`, `${data}/querylog.json`, `${data}/adguardhome.log`, ...DNS_CAPTURE_FILES_OLDEST_FIRST],
     };
     return [
-        { path: "/usr/local/sbin/airlock-audit", content: renderTemplate("audit/airlock-audit", {}), permissions: "0755" },
+        script("/usr/local/sbin/airlock-audit", "audit/airlock-audit"),
         { path: AUDIT_CONFIG_PATH, content: `${JSON.stringify(settings, null, 2)}\n`, permissions: "0644" },
         ...scheduled("airlock-audit-pull", "pull the sandbox's command record", "/usr/local/sbin/airlock-audit pull", "*:0/5", "30s", "4min"),
     ];
 }
 
-/** The cloud-init template plus every file as a write_files entry, and the join key file last. */
+/**
+ * Which files travel in the bundle (their template and values in user_data) rather than whole
+ * in user_data. Whole stay: what the policies judge inside user_data (sshd configs, compose
+ * files, and the settings a compose file mounts, such as the runtime's managed config; a
+ * mounted program is judged by its mount alone), what cloud-init reads before runcmd installs
+ * the bundle, what the kit renders per stack without a template, and airlock-install-tailscale.
+ */
+function bundledOf(files: HostFile[]): (file: HostFile) => boolean {
+    const compose = files.filter((f) => embeddedKind(f.path)?.kind === "compose").map((f) => f.content);
+    const mountedSettings = (f: HostFile) => !/[1357]/.test(f.permissions) && compose.some((text) => text.includes(f.path));
+    return (file) =>
+        file.bundled !== undefined &&
+        embeddedKind(file.path) === undefined &&
+        !mountedSettings(file) &&
+        !BEFORE_PACKAGES_DIRS.some((dir) => file.path.startsWith(dir)) &&
+        file.path !== INSTALL_TAILSCALE_PATH;
+}
+
+/**
+ * Whole files a reviewer checks in user_data itself stay plain: the roots of trust (the
+ * installer, Tailscale's pinned key), what a deploy fills in (keys, the bundle's URL, a
+ * built image), the compose files' image references and the resolver's upstreams, and
+ * what apt reads. Other settings are compressed as write_files allows (gz+b64): the plan
+ * writes them out decoded, and the policies judge them decoded.
+ */
+function readInUserData(hostPath: string, content: string): boolean {
+    return (
+        /@[A-Z_]+@/.test(content) ||
+        hostPath === INSTALL_TAILSCALE_PATH ||
+        embeddedKind(hostPath)?.kind === "compose" ||
+        hostPath === ADGUARD_CONFIG_PATH ||
+        BEFORE_PACKAGES_DIRS.some((dir) => hostPath.startsWith(dir)) ||
+        content.length < 512
+    );
+}
+
+const compressed = (path: string, content: string, permissions: string) => ({ path, encoding: "gz+b64", content: gzipSync(content).toString("base64"), permissions });
+
+/**
+ * The cloud-init template; every file either whole as a write_files entry or in the bundle
+ * (its template and values in /etc/airlock/bundle.json), the bundle's installer, and the
+ * join key file last.
+ */
 function assemble(cfg: StackConfig, role: HostRole, files: HostFile[], vars: Record<string, string | number | string[]>, runFirst: string[][] = []): RenderedHost {
     const hostname = cfg.hostnames[role];
     const yamlVars = Object.fromEntries(
         Object.entries({ ...vars, hostname }).map(([name, value]) => [name, JSON.stringify(value)]),
     );
     const doc = YAML.parseDocument(renderTemplate(`cloud-init/${role}.yaml`, yamlVars));
+    const bundle = renderBundle();
+    const inBundle = bundledOf(files);
+    const whole = files.filter((file) => !inBundle(file)).map(({ path, content, permissions }) => (readInUserData(path, content) ? { path, content, permissions } : compressed(path, content, permissions)));
     const writeFiles = [
-        ...files.map((file) => ({ ...file, owner: "root:root" })),
+        ...whole.map((file) => ({ ...file, owner: "root:root" })),
+        { path: BUNDLE_SOURCE_PATH, content: bundleSourceText(bundle), permissions: "0644", owner: "root:root" },
+        // Machine-read (its template values): compressed; the plan writes it out decoded.
+        { ...compressed(BUNDLE_FILES_PATH, bundledFilesText(files.filter(inBundle)), "0644"), owner: "root:root" },
+        { path: BUNDLE_INSTALLER_PATH, content: renderTemplate("scripts/bundle-install", {}), permissions: "0755", owner: "root:root" },
         { path: TAILNET_AUTH_KEY_PATH, content: TAILNET_AUTH_KEY_PLACEHOLDER, permissions: "0600", owner: "root:root" },
     ];
     doc.set("write_files", doc.createNode(writeFiles));
@@ -696,8 +739,9 @@ function assemble(cfg: StackConfig, role: HostRole, files: HostFile[], vars: Rec
         doc.set("ssh_genkeytypes", doc.createNode(["ed25519"]));
         doc.set("ssh_keys", doc.createNode({ ed25519_private: SANDBOX_HOST_KEY_PLACEHOLDER, ed25519_public: SANDBOX_HOST_PUBLIC_KEY_PLACEHOLDER }));
     }
-    const cloudInit = doc.toString({ lineWidth: 0, blockQuote: "literal" });
-    return { role, hostname, files, cloudInit };
+    // Sequences flush with their key: every line of an embedded file is indented 4, not 6 (user_data is counted in characters).
+    const cloudInit = doc.toString({ lineWidth: 0, blockQuote: "literal", indentSeq: false });
+    return { role, hostname, files, cloudInit, bundle };
 }
 
 /** The user_data the server boots with: the rendered document plus the join key. */

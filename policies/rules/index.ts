@@ -8,6 +8,7 @@ import { cloudInitNoPipeToShell } from "./cloud-init-no-pipe-to-shell";
 import { cloudInitNoSecrets } from "./cloud-init-no-secrets";
 import { cloudInitNoTailscaleSsh } from "./cloud-init-no-tailscale-ssh";
 import { cloudInitSshPasswordAuthOff } from "./cloud-init-ssh-password-auth-off";
+import { cloudInitWithinHetznerUserDataLimit } from "./cloud-init-within-hetzner-user-data-limit";
 import { containersAddOnlyAllowedCapabilities } from "./containers-add-only-allowed-capabilities";
 import { containersBrowserNoWorkspace } from "./containers-browser-no-workspace";
 import { containersDropAllCapabilities } from "./containers-drop-all-capabilities";
@@ -51,6 +52,7 @@ export const RULES: Rule[] = [
     cloudInitNoSecrets,
     cloudInitNoTailscaleSsh,
     cloudInitSshPasswordAuthOff,
+    cloudInitWithinHetznerUserDataLimit,
     containersAddOnlyAllowedCapabilities,
     containersBrowserNoWorkspace,
     containersDropAllCapabilities,

@@ -1,4 +1,4 @@
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import * as http from "node:http";
 import type { AddressInfo } from "node:net";
 
@@ -109,6 +109,21 @@ export async function startFakeB2(): Promise<FakeB2> {
             };
             const fail = (status: number, code: string, message: string) => send(status, { status, code, message });
             const url = new URL(req.url ?? "/", "http://fake");
+            // b2_download_file_by_name: GET <downloadUrl>/file/<bucketName>/<fileName>. Its reference: the
+            // Authorization header is "not required if the bucket is public"; a private bucket's file without it
+            // is refused (401); a name with no uploaded version is 404 not_found; a hidden file is not found either.
+            const download = /^\/file\/([^/]+)\/(.+)$/.exec(url.pathname);
+            if (req.method === "GET" && download) {
+                calls.push("b2_download_file_by_name");
+                const bucket = [...buckets.values()].find((b) => b.bucketName === download[1]);
+                const fileName = decodeURIComponent(download[2]);
+                if (!bucket) return fail(404, "not_found", `bucket ${download[1]} does not exist`);
+                if (bucket.bucketType !== "allPublic" && !tokens.has(req.headers.authorization ?? "")) return fail(401, "unauthorized", "");
+                const latest = bucket.versions.filter((v) => v.fileName === fileName).pop();
+                if (!latest || latest.action !== "upload") return fail(404, "not_found", `File with such name does not exist: ${fileName}`);
+                res.writeHead(200, { "Content-Type": "application/octet-stream", "X-Bz-Content-Sha1": createHash("sha1").update(latest.content).digest("hex") });
+                return res.end(latest.content);
+            }
             const name = url.pathname.split("/").pop() ?? "";
             calls.push(name);
 
@@ -205,6 +220,13 @@ export async function startFakeB2(): Promise<FakeB2> {
                 case "b2_upload_file": {
                     const bucket = buckets.get(bucketId!);
                     if (!bucket) return fail(400, "bad_request", "no such bucket");
+                    // b2_upload_file's reference: X-Bz-File-Name, Content-Type and X-Bz-Content-Sha1 are required, and a
+                    // body whose SHA-1 is not the one sent is refused (400 bad_request, "Sha1 did not match data received").
+                    for (const header of ["x-bz-file-name", "content-type", "x-bz-content-sha1"]) {
+                        if (!req.headers[header]) return fail(400, "bad_request", `missing header ${header}`);
+                    }
+                    const sha1 = String(req.headers["x-bz-content-sha1"]);
+                    if (sha1 !== "do_not_verify" && sha1 !== createHash("sha1").update(Buffer.concat(chunks)).digest("hex")) return fail(400, "bad_request", "Sha1 did not match data received");
                     const version: FileVersion = { fileId: id("f"), fileName: decodeURIComponent(String(req.headers["x-bz-file-name"])), action: "upload", content: Buffer.concat(chunks).toString() };
                     bucket.versions.push(version);
                     return send(200, { fileId: version.fileId, fileName: version.fileName, action: "upload" });

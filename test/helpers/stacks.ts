@@ -5,6 +5,7 @@ import * as path from "node:path";
 import * as YAML from "yaml";
 import { OFFLINE_DIGEST, planStack, PlanOptions, StackPlan } from "../../cli/offline";
 import { PINNED_BY_DIGEST, StackConfig } from "../../components/config/schema";
+import { renderBundle } from "../../components/render/bundle";
 import { renderGateway, RenderedHost, renderSandbox } from "../../components/render/hosts";
 import type { ResolvedImages } from "../../components/workloads/compose";
 import { configuredImages } from "../../components/workloads/images";
@@ -57,8 +58,13 @@ export const deployedValues: PlanOptions["deployed"] = (type, name) => {
     if (type === "docker:index/image:Image") return { repoDigest: BUILT_IMAGE };
     // What the B2 provider returns for a created bucket.
     if (type === "pulumi-nodejs:dynamic:Resource" && name.endsWith("-bucket")) return { bucketId: `b2-bucket-of-${name}` };
+    // What the B2 provider returns for the uploaded host code bundle: its URL on the account's download host.
+    if (type === "pulumi-nodejs:dynamic:Resource" && name.endsWith("-bundle-file")) return { fileId: `4_z${name}`, url: DEPLOYED_BUNDLE_URL };
     return {};
 };
+
+/** Where a deploy publishes the bundle (a B2 download host's URL shape, as long as a real one). */
+export const DEPLOYED_BUNDLE_URL = `https://f004.backblazeb2.com/file/airlock-dev-bundles-0123456789/${renderBundle().name}`;
 
 /** What a build of the sandbox shell pushes, for plans in "up" mode. */
 export const BUILT_IMAGE = `ghcr.io/example-co/airlock/airlock-sandbox-shell@sha256:${"ab".repeat(32)}`;

@@ -79,7 +79,9 @@ describe("agent-runtime-commands-on-sandbox inside the gateway's user_data", () 
         const doc = YAML.parseDocument(gateway.cloudInit);
         const files = doc.get("write_files") as YAML.YAMLSeq;
         const entry = files.items.find((item) => (item as YAML.YAMLMap).get("path") === filePath) as YAML.YAMLMap;
-        entry.set("content", change(String(entry.get("content"))));
+        // Written plain, whatever encoding the rendered entry has (cloud-init takes both).
+        entry.set("content", change(renderedFile(gateway, filePath)));
+        entry.delete("encoding");
         return doc.toString({ lineWidth: 0 });
     };
 

@@ -1,8 +1,9 @@
+import { gzipSync } from "node:zlib";
 import * as YAML from "yaml";
 import { describe, expect, it } from "vitest";
 import { readStackFile } from "../../components/config/load";
 import { TAILNET_AUTH_KEY_PATH, withTailnetKey } from "../../components/render/hosts";
-import { fakeTailnetKey, stackFile, renderHosts } from "../helpers/stacks";
+import { fakeTailnetKey, renderedFile, stackFile, renderHosts } from "../helpers/stacks";
 import { cloudInit, ruleIds } from "./helpers";
 
 const cfg = readStackFile(stackFile("dev"));
@@ -47,10 +48,13 @@ describe("cloud-init rules", () => {
         ["agent with NOPASSWD sudo", edited((d) => (d.users[0].sudo = "ALL=(ALL) NOPASSWD:ALL")), "cloud-init-no-passwordless-sudo-for-agent"],
         ["agent in the docker group", edited((d) => (d.users[0].groups = "users, docker")), "cloud-init-no-passwordless-sudo-for-agent"],
         ["a sudoers drop-in for the agent", edited((d) => d.write_files.push({ path: "/etc/sudoers.d/agent", content: "agent ALL=(ALL) NOPASSWD: ALL\n" })), "cloud-init-no-passwordless-sudo-for-agent"],
-        ["an embedded sshd config that loosens", edited((d) => (d.write_files.find((f: any) => f.path === "/etc/airlock/sshd_config.in").content = "PermitRootLogin yes\n" + d.write_files.find((f: any) => f.path === "/etc/airlock/sshd_config.in").content)), "sshd-no-root-login"],
+        ["an embedded sshd config that loosens", edited((d) => Object.assign(d.write_files.find((f: any) => f.path === "/etc/airlock/sshd_config.in"), { content: "PermitRootLogin yes\n" + renderedFile(renderHosts(cfg).sandbox, "/etc/airlock/sshd_config.in"), encoding: undefined })), "sshd-no-root-login"],
+        ["a compressed embedded sshd config that loosens", edited((d) => Object.assign(d.write_files.find((f: any) => f.path === "/etc/airlock/sshd_config.in"), { content: gzipSync("PermitRootLogin yes\n" + renderedFile(renderHosts(cfg).sandbox, "/etc/airlock/sshd_config.in")).toString("base64"), encoding: "gz+b64" })), "sshd-no-root-login"],
         ["an sshd drop-in that enables passwords", edited((d) => d.write_files.push({ path: "/etc/ssh/sshd_config.d/50-cloud-init.conf", content: "PasswordAuthentication yes\n" })), "sshd-no-password-auth"],
         ["an embedded compose with a socket", edited((d) => d.write_files.push({ path: "/home/agent/compose.yml", content: "services:\n  x:\n    image: a\n" })), "containers-drop-all-capabilities"],
         ["MIME user_data", "Content-Type: multipart/mixed\n", "cloud-init-parses"],
+        // One file carried whole that the bundle carries today (the checkpoint engine, 53 KB): over Hetzner's limit.
+        ["user_data carrying its host code whole", edited((d) => d.write_files.push({ path: "/usr/local/libexec/airlock/checkpoint", content: renderedFile(renderHosts(cfg).sandbox, "/usr/local/libexec/airlock/checkpoint") })), "cloud-init-within-hetzner-user-data-limit"],
     ])("%s", (_, text, rule) => {
         expect(ruleIds(cloudInit(text))).toContain(rule);
         if (!rule.startsWith("containers-")) expect(ruleIds(cloudInit(text))).toEqual([rule]);

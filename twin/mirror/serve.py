@@ -2,19 +2,33 @@
 """The twin's apt mirror server (started by twin/mirror.ts inside the twin's
 network namespace): one document root served over HTTP (deb.debian.org/debian,
 security.debian.org/debian-security) and HTTPS with a twin-CA certificate
-(pkgs.tailscale.com/stable/debian). Read-only, every request logged."""
+(pkgs.tailscale.com/stable/debian), and B2's download host (the host code bundle,
+from --b2-root). Read-only, every request logged."""
 
 import argparse
 import functools
 import http.server
+import os
 import ssl
 import sys
 import threading
 import time
 
+B2_DOWNLOAD_HOST = "f000.backblazeb2.com"
+
 
 class Handler(http.server.SimpleHTTPRequestHandler):
     log_file = None
+    b2_root = None
+
+    def translate_path(self, path):
+        # B2's download host (f000.backblazeb2.com): a public bucket's files at /file/<bucket>/<name>.
+        host = (self.headers.get("Host") or "").split(":")[0]
+        if host == B2_DOWNLOAD_HOST:
+            if not path.startswith("/file/"):
+                return os.path.join(self.b2_root, "nothing-here")
+            return os.path.join(self.b2_root, super().translate_path(path)[len(self.directory):].lstrip("/"))
+        return super().translate_path(path)
 
     def log_message(self, format, *args):
         host = self.headers.get("Host", "-") if getattr(self, "headers", None) else "-"
@@ -35,9 +49,11 @@ def main():
     parser.add_argument("--cert", required=True)
     parser.add_argument("--key", required=True)
     parser.add_argument("--log", required=True)
+    parser.add_argument("--b2-root", required=True)
     args = parser.parse_args()
 
     Handler.log_file = open(args.log, "a", buffering=1)
+    Handler.b2_root = os.path.abspath(args.b2_root)
     handler = functools.partial(Handler, directory=args.root)
     plain = http.server.ThreadingHTTPServer((args.address, 80), handler)
     secure = http.server.ThreadingHTTPServer((args.address, 443), handler)
