@@ -94,6 +94,13 @@ describe("the host code bundle", () => {
             }
         }
         console.log(`user_data sizes with deploy-time values:\n  ${sizes.join("\n  ")}`);
+        // The README's numbers are this run's.
+        const size = (name: string, host: string) => [...String(plans.get(name)!.resources.find((r) => r.type === SERVER && r.name === host)!.inputs.userData)].length.toLocaleString("en");
+        const readme = fs.readFileSync(path.join(REPO, "README.md"), "utf8").replace(/\s+/g, " ");
+        const says = `to ${size("dev", "airlock-dev-gateway-server")} (dev gateway), ${size("dev", "airlock-dev-sandbox-server")} (dev sandbox), ${size("prod", "airlock-prod-gateway-server")} and ${size("prod", "airlock-prod-sandbox-server")} (prod) characters`;
+        expect(readme.includes(says), `README's Deploy for real should say: ${says}`).toBe(true);
+        const open = `prod's gateway is at ${size("prod", "airlock-prod-gateway-server")} with its deploy-time values`;
+        expect(readme.includes(open), `README's Still open should say: ${open}`).toBe(true);
     });
 
     it("with the files user_data names, installs exactly what the hosts render (the plan writes them out)", () => {
