@@ -3,7 +3,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { artifactsOf, ConfigError, STASH_TYPE } from "../policies/contract";
 import { parseCloudInit } from "../policies/engine/cloudInit";
-import { HETZNER_USER_DATA_LIMIT } from "../policies/rules/cloud-init-within-hetzner-user-data-limit";
+import { filledLength, HETZNER_USER_DATA_LIMIT } from "../policies/rules/cloud-init-within-hetzner-user-data-limit";
 import { BUNDLE_FILES_PATH, BUNDLE_SOURCE_PATH, BundledFile, installedFiles } from "../components/render/bundle";
 import * as YAML from "yaml";
 import type { Finding } from "../policies/engine/finding";
@@ -223,7 +223,7 @@ export interface HostSummary {
     runs: string[];
     internetInbound: string[];
     tailnetInbound: string[];
-    /** Characters of the rendered cloud-init document; deploy adds the join key and the sandbox's host key. */
+    /** Characters of the rendered cloud-init document with each deploy-time value at its longest (the gate's count). */
     userDataChars: number;
 }
 
@@ -285,7 +285,7 @@ export function summarize(plan: StackPlan): PlanSummary {
             runs,
             internetInbound: rules,
             tailnetInbound,
-            userDataChars: [...(collectArtifacts(plan).get(role)?.["cloud-init.yaml"] ?? "")].length,
+            userDataChars: filledLength(collectArtifacts(plan).get(role)?.["cloud-init.yaml"] ?? ""),
         };
     });
 
@@ -348,7 +348,7 @@ export function formatSummary(summary: PlanSummary, outDir: string): string {
         lines.push(`  tailnet   inbound ${host.tailnetInbound.join("; ") || "nothing"}`);
         const over = host.userDataChars - HETZNER_USER_DATA_LIMIT;
         lines.push(
-            `  user_data ${host.userDataChars.toLocaleString("en")} characters before deploy-time keys; Hetzner accepts ${HETZNER_USER_DATA_LIMIT.toLocaleString("en")}${over > 0 ? ` (over by ${over.toLocaleString("en")}: Hetzner refuses the server)` : ""}`,
+            `  user_data ${host.userDataChars.toLocaleString("en")} characters at most, with its deploy-time values; Hetzner accepts ${HETZNER_USER_DATA_LIMIT.toLocaleString("en")}${over > 0 ? ` (over by ${over.toLocaleString("en")}: Hetzner refuses the server)` : ""}`,
         );
     }
     lines.push("", `tailnet policy: ${summary.tailnetPolicy} (${path.join(outDir, "tailnet", "policy.hujson")})`);

@@ -15,6 +15,14 @@ export const TAILNET_DOMAIN_PLACEHOLDER = "@TAILNET_DOMAIN@";
 /** Filled at deploy time with the built sandbox-shell image's `registry/name@sha256:...`. */
 export const BUILT_SANDBOX_SHELL_PLACEHOLDER = "@SANDBOX_SHELL_IMAGE@";
 
+/**
+ * The host code bundle: `airlock-bundle-<sha256>.json` (the JSON object airlock-bundle-install
+ * reads: {format, templates: {name: text}}), stashed by the stack; a host's user_data names it
+ * by sha256 in BUNDLE_SOURCE_PATH ({url, sha256}).
+ */
+export const BUNDLE_NAME = /^airlock-bundle-([0-9a-f]{64})\.json$/;
+export const BUNDLE_SOURCE_PATH = "/etc/airlock/bundle.json";
+
 /** The resource that carries rendered files, with inputs known at preview. */
 export const STASH_TYPE = "pulumi:index:Stash";
 

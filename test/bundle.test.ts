@@ -144,6 +144,8 @@ describe.runIf(canRun)("airlock-bundle-install in a Debian 12 root", () => {
     let server: https.Server;
     let served = "";
     let port = 0;
+    let requests = 0;
+    let cutShort = 0;
     const sandbox = () => parseCloudInit(renderHosts(readStackFile(stackFile("dev"))).sandbox.cloudInit);
 
     beforeAll(async () => {
@@ -154,8 +156,14 @@ describe.runIf(canRun)("airlock-bundle-install in a Debian 12 root", () => {
         execFileSync("openssl", ["req", "-x509", "-newkey", "ed25519", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", path.join(dir, "key.pem"), "-out", path.join(dir, "cert.pem")], { stdio: "ignore" });
         fs.copyFileSync(path.join(dir, "cert.pem"), path.join(root, "tmp", "ca.pem"));
         server = https.createServer({ key: fs.readFileSync(path.join(dir, "key.pem")), cert: fs.readFileSync(path.join(dir, "cert.pem")) }, (req, res) => {
-            if (req.url === `/${renderBundle().name}`) res.writeHead(200, { "Content-Type": "application/json" }).end(served);
-            else res.writeHead(404).end();
+            requests++;
+            if (req.url !== `/${renderBundle().name}`) res.writeHead(404).end();
+            else if (cutShort > 0) {
+                // The connection drops a few bytes in: the body is shorter than its Content-Length.
+                cutShort--;
+                res.writeHead(200, { "Content-Type": "application/json", "Content-Length": String(Buffer.byteLength(served)) });
+                res.write(served.slice(0, 100), () => res.destroy());
+            } else res.writeHead(200, { "Content-Type": "application/json" }).end(served);
         });
         await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
         port = (server.address() as AddressInfo).port;
@@ -180,20 +188,22 @@ describe.runIf(canRun)("airlock-bundle-install in a Debian 12 root", () => {
         });
     const bundled = () => installedFiles(JSON.parse(sandbox().files.find((f) => f.path === BUNDLE_FILES_PATH)!.content) as BundledFile[], renderBundle().text);
 
-    it("refuses a bundle changed by one byte, says why on stderr, and writes nothing", async () => {
+    it("refuses a bundle changed by one byte (after trying three times), says why on stderr, and writes nothing", async () => {
         const { text, sha256 } = renderBundle();
         served = text.replace('"format"', '"formaT"');
         const state = () => bundled().map((file) => [file.path, fs.existsSync(path.join(root, file.path)) ? fs.readFileSync(path.join(root, file.path), "utf8") : undefined]);
         const before = state();
+        requests = 0;
         const result = await install();
         expect(result.status).toBe(1);
+        expect(requests).toBe(3);
         const found = createHash("sha256").update(served).digest("hex");
         expect(result.stderr).toContain(`airlock-bundle-install: refusing to install the host code: https://127.0.0.1:${port}/${renderBundle().name} has sha256 ${found}, user_data names ${sha256}`);
         // Untouched: the Debian image's own /etc/pam.d/sshd is still Debian's, the kit's programs absent.
         expect(state()).toEqual(before);
         expect(before.filter(([, content]) => content !== undefined).map(([p]) => p)).toEqual(["/etc/pam.d/sshd"]);
         expect(fs.existsSync(path.join(root, "var/lib/airlock/bundle/installed"))).toBe(false);
-    });
+    }, 120_000);
 
     it("installs every bundled file as the plan renders it (content, mode, root's), and again the same", async () => {
         served = renderBundle().text;
@@ -211,6 +221,16 @@ describe.runIf(canRun)("airlock-bundle-install in a Debian 12 root", () => {
         }
         expect(fs.readFileSync(path.join(root, "var/lib/airlock/bundle/installed"), "utf8")).toBe(`${renderBundle().sha256}\n`);
     });
+
+    it("a download cut short is tried again, not refused", async () => {
+        fs.rmSync(path.join(root, "var/lib/airlock/bundle", `${renderBundle().sha256}.json`));
+        served = renderBundle().text;
+        cutShort = 1;
+        requests = 0;
+        const result = await install();
+        expect(result.status, result.stderr).toBe(0);
+        expect(requests).toBe(2);
+    }, 120_000);
 
     it("keeps the verified bundle: a later run needs no network, and a kept copy altered on disk is fetched again", async () => {
         const kept = path.join(root, "var/lib/airlock/bundle", `${renderBundle().sha256}.json`);

@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import * as fs from "node:fs";
 import * as path from "node:path";
+import { BUNDLE_SOURCE_PATH } from "../../policies/contract";
 import { renderSandboxSeccompProfile } from "./seccomp";
 import { fillPlaceholders, renderTemplate, TEMPLATES_DIR } from "./templates";
 
@@ -78,7 +79,7 @@ export function renderBundle(): Bundle {
 }
 
 /** Which bundle a host installs (its URL and sha256), written by cloud-init (write_files), in plain text. */
-export const BUNDLE_SOURCE_PATH = "/etc/airlock/bundle.json";
+export { BUNDLE_SOURCE_PATH };
 /** What it installs from it: each file's path, mode, template and values (gzip, base64 in user_data). */
 export const BUNDLE_FILES_PATH = "/etc/airlock/bundle-files.json";
 /** The installer itself: in user_data, the one piece of host code the bundle cannot carry. */

@@ -1,4 +1,4 @@
-import { artifactsOf } from "../contract";
+import { artifactsOf, BUNDLE_NAME } from "../contract";
 import { RULES } from "../rules";
 import { parseHujson, wildcardProblems, tailnetAclNoWildcards } from "../rules/tailnet-acl-no-wildcards";
 import { CloudInitDoc, CloudInitParseError, parseCloudInit } from "./cloudInit";
@@ -142,6 +142,22 @@ export function judgeCloudInit(text: string, ctx: JudgeContext, origin: Origin =
     }
 }
 
+/**
+ * A host code bundle: every template in it is judged by the cloud-init rules as a file a
+ * host's user_data would write (the values each host fills in are in its user_data, judged there).
+ */
+function judgeBundle(text: string, ctx: JudgeContext, origin: Origin): Finding[] {
+    let templates: Record<string, unknown>;
+    try {
+        templates = (JSON.parse(text) as { templates?: Record<string, unknown> }).templates ?? {};
+        if (typeof templates !== "object" || Object.values(templates).some((t) => typeof t !== "string")) throw new Error("templates is not a map of texts");
+    } catch (err) {
+        return unparsable("cloud-init", `host code bundle: ${(err as Error).message}`, origin);
+    }
+    const files = Object.entries(templates).map(([name, content], index) => ({ index, path: `/${name}`, content: content as string }));
+    return judgeCloudInitDoc({ text: "", data: {}, files, lines: {} }, ctx, origin);
+}
+
 /** Rendered files carried in a Stash (a host's cloud-init document, the tailnet policy), judged by what they are. */
 function judgeArtifacts(artifacts: Record<string, string>, ctx: JudgeContext, resource: string): Finding[] {
     const findings: Finding[] = [];
@@ -150,6 +166,11 @@ function judgeArtifacts(artifacts: Record<string, string>, ctx: JudgeContext, re
         if (relative === "cloud-init.yaml") {
             // Judged with every file it embeds.
             findings.push(...judgeCloudInit(content, ctx, origin));
+            continue;
+        }
+        if (BUNDLE_NAME.test(relative)) {
+            // The kit's host code, as the hosts get it: each template judged like a file user_data writes.
+            findings.push(...judgeBundle(content, ctx, origin));
             continue;
         }
         if (relative.endsWith(".hujson")) {

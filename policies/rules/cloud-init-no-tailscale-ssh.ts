@@ -1,5 +1,6 @@
 import type { Rule } from "../engine/rule";
 import { stringLeaves } from "../engine/cloudInit";
+import { logicalLines } from "../engine/shell";
 
 const TAILSCALE_SSH = /\btailscale\s+(up|set|login)\b[^\n;&|]*\s--ssh(=true)?(\s|$)/;
 
@@ -10,6 +11,7 @@ export const cloudInitNoTailscaleSsh: Rule = {
     remediation: "Drop `--ssh` from tailscale up/set; sshd on the tailnet address is the only way in.",
     check: (doc) =>
         stringLeaves(doc)
-            .filter((leaf) => leaf.value.split("\n").some((line) => TAILSCALE_SSH.test(line)))
+            // A command continued over lines (`tailscale up \` ... `--ssh`) is one line to the shell.
+            .filter((leaf) => logicalLines(leaf.value).some((line) => TAILSCALE_SSH.test(line)))
             .map((leaf) => ({ message: `Tailscale SSH enabled in ${leaf.path}`, where: leaf.path })),
 };

@@ -2,6 +2,7 @@ import type { Rule } from "../engine/rule";
 import { agentRuntimeCommandsOnSandbox } from "./agent-runtime-commands-on-sandbox";
 import { b2BucketsRetainHiddenVersions } from "./b2-buckets-retain-hidden-versions";
 import { b2HostKeysLeastPrivilege } from "./b2-host-keys-least-privilege";
+import { cloudInitNamedBundleJudged } from "./cloud-init-named-bundle-judged";
 import { cloudInitNoPasswordlessSudoForAgent } from "./cloud-init-no-passwordless-sudo-for-agent";
 import { cloudInitNoPasswords } from "./cloud-init-no-passwords";
 import { cloudInitNoPipeToShell } from "./cloud-init-no-pipe-to-shell";
@@ -46,6 +47,7 @@ export const RULES: Rule[] = [
     agentRuntimeCommandsOnSandbox,
     b2BucketsRetainHiddenVersions,
     b2HostKeysLeastPrivilege,
+    cloudInitNamedBundleJudged,
     cloudInitNoPasswordlessSudoForAgent,
     cloudInitNoPasswords,
     cloudInitNoPipeToShell,

@@ -42,6 +42,7 @@ describe("cloud-init rules", () => {
         ["tailscale up --ssh", edited((d) => d.runcmd.push("tailscale up --ssh --auth-key=file:/k")), "cloud-init-no-tailscale-ssh"],
         ["tailscale set --ssh in a script", edited((d) => d.write_files.push({ path: "/usr/local/sbin/x", content: "#!/bin/sh\ntailscale set --ssh\n" })), "cloud-init-no-tailscale-ssh"],
         ["tailscale up --ssh as argv", edited((d) => d.runcmd.push(["tailscale", "up", "--ssh"])), "cloud-init-no-tailscale-ssh"],
+        ["tailscale up with --ssh on a continued line", edited((d) => d.write_files.push({ path: "/usr/local/sbin/y", content: "#!/bin/sh\ntailscale up \\\n  --hostname=x \\\n  --ssh \\\n  --auth-key=file:/k\n" })), "cloud-init-no-tailscale-ssh"],
         ["curl | sh", edited((d) => d.runcmd.push("curl -fsSL https://get.example.com | sh")), "cloud-init-no-pipe-to-shell"],
         ["wget | sudo bash", edited((d) => d.runcmd.push("wget -qO- https://x.example/i.sh | sudo -E bash")), "cloud-init-no-pipe-to-shell"],
         ['sh -c "$(curl ...)"', edited((d) => d.runcmd.push('sh -c "$(curl -fsSL https://x.example/i.sh)"')), "cloud-init-no-pipe-to-shell"],
@@ -58,6 +59,19 @@ describe("cloud-init rules", () => {
     ])("%s", (_, text, rule) => {
         expect(ruleIds(cloudInit(text))).toContain(rule);
         if (!rule.startsWith("containers-")) expect(ruleIds(cloudInit(text))).toEqual([rule]);
+    });
+
+    it("counts what a deploy fills in at its longest: a document just under the limit with its placeholders is over it filled in", () => {
+        const planned = renderHosts(cfg).sandbox.cloudInit; // the join key, the host keys and the bundle URL still placeholders
+        const padTo = (target: number) => `${planned}# ${"x".repeat(target - [...planned].length - 3)}\n`;
+        const limit = ruleIds(cloudInit(padTo(32_768))).filter((id) => id === "cloud-init-within-hetzner-user-data-limit");
+        expect([...padTo(32_768)].length).toBe(32_768);
+        expect(limit).toEqual(["cloud-init-within-hetzner-user-data-limit"]);
+        // Without a placeholder, exactly the limit passes and one more character fails.
+        const plain = (n: number) => `#cloud-config\n# ${"x".repeat(n - 17)}\n`;
+        expect([...plain(32_768)].length).toBe(32_768);
+        expect(ruleIds(cloudInit(plain(32_768)))).toEqual([]);
+        expect(ruleIds(cloudInit(plain(32_769)))).toEqual(["cloud-init-within-hetzner-user-data-limit"]);
     });
 
     it("never echoes a secret in a finding", () => {
