@@ -1,10 +1,9 @@
-import { createHash } from "node:crypto";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { artifactsOf, ConfigError, STASH_TYPE } from "../policies/contract";
 import { parseCloudInit } from "../policies/engine/cloudInit";
 import { filledLength, HETZNER_USER_DATA_LIMIT } from "../policies/rules/cloud-init-within-hetzner-user-data-limit";
-import { BUNDLE_FILES_PATH, BUNDLE_SOURCE_PATH, BundledFile, installedFiles } from "../components/render/bundle";
+import { carriedBundle, installedFiles, isBundleName, namedBundle } from "../policies/engine/bundle";
 import * as YAML from "yaml";
 import type { Finding } from "../policies/engine/finding";
 import { resourceLines } from "./check";
@@ -90,16 +89,17 @@ export function collectArtifacts(plan: StackPlan): Map<string, Record<string, st
         const artifacts = r.type === STASH_TYPE ? artifactsOf(r.inputs) : undefined;
         return artifacts ? [{ folder: folderOf(plan, r), artifacts }] : [];
     });
-    // The host code bundle, by its sha256: each host's bundled files are rendered from it as its installer renders them.
-    const bundles = new Map(
-        stashed.filter((s) => s.folder === "bundle").flatMap((s) => Object.values(s.artifacts).map((text) => [createHash("sha256").update(text, "utf8").digest("hex"), text] as const)),
-    );
     for (const { folder, artifacts } of stashed) {
-        const files = { ...artifacts };
+        const files: Record<string, string> = {};
+        for (const [name, text] of Object.entries(artifacts)) {
+            // A host's bundle goes to out/<stack>/bundle/ (what a mirror serves), once.
+            if (isBundleName(name)) folders.set("bundle", { ...folders.get("bundle"), [name]: text });
+            else files[name] = text;
+        }
         if (artifacts["cloud-init.yaml"] !== undefined) {
             const written = parseCloudInit(artifacts["cloud-init.yaml"]).files;
             for (const file of written) files[file.path.replace(/^\//, "")] = file.content;
-            for (const file of bundledFilesOf(written, bundles)) files[file.path.replace(/^\//, "")] = file.content;
+            for (const file of bundledFilesOf(written, artifacts)) files[file.path.replace(/^\//, "")] = file.content;
         }
         folders.set(folder, files);
     }
@@ -108,14 +108,12 @@ export function collectArtifacts(plan: StackPlan): Map<string, Record<string, st
 }
 
 /** The files a host's installer writes from the bundle its user_data names (none when it names none). */
-function bundledFilesOf(written: { path: string; content: string }[], bundles: Map<string, string>): { path: string; content: string }[] {
-    const source = written.find((f) => f.path === BUNDLE_SOURCE_PATH);
-    const list = written.find((f) => f.path === BUNDLE_FILES_PATH);
-    if (!source || !list) return [];
-    const { sha256 } = JSON.parse(source.content) as { sha256: string };
-    const bundle = bundles.get(sha256);
-    if (bundle === undefined) throw new Error(`${BUNDLE_SOURCE_PATH} names bundle ${sha256}, which this plan does not publish`);
-    return installedFiles(JSON.parse(list.content) as BundledFile[], bundle);
+function bundledFilesOf(written: { path: string; content: string }[], artifacts: Record<string, string>): { path: string; content: string }[] {
+    const named = namedBundle(written);
+    if (!named) return [];
+    const bundle = named.sha256 ? carriedBundle(artifacts, named.sha256) : undefined;
+    if (named.problem || !bundle) throw new Error(`the host code bundle its user_data names is not in the plan: ${named.problem ?? named.sha256}`);
+    return installedFiles(named.files, bundle);
 }
 
 /** Marks a folder as airlock plan output: only such a folder is ever replaced. */

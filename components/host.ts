@@ -90,8 +90,9 @@ export function provisionHost(
         parent,
     );
 
-    // The document carries every file it writes; the plan derives them from it.
-    artifactStash(`${name}-artifacts`, rendered.apply((host): Artifacts => ({ "cloud-init.yaml": host.cloudInit })), parent);
+    // The document and the bundle it names: every file the host writes is derived from them (the plan
+    // writes them out, the gate judges each as the host's installer fills it in).
+    artifactStash(`${name}-artifacts`, rendered.apply((host): Artifacts => ({ "cloud-init.yaml": host.cloudInit, [host.bundle.name]: host.bundle.text })), parent);
 
     // The rendered document plus what only exists at deploy time: the join key, the
     // sandbox's host key (its pair on the sandbox, its public half on the gateway),

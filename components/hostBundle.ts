@@ -1,5 +1,4 @@
 import * as pulumi from "@pulumi/pulumi";
-import { artifactStash } from "./artifacts";
 import { bucketNameFor } from "./backupBucket";
 import { B2Bucket, B2File } from "./b2/resources";
 import type { Bundle } from "./render/bundle";
@@ -33,8 +32,6 @@ export class HostBundle extends pulumi.ComponentResource {
         super("airlock:index:HostBundle", name, {}, opts);
         const { bundle } = args;
         this.sha256 = bundle.sha256;
-        // The plan writes it to out/<stack>/bundle/, for a mirror and for review.
-        artifactStash(`${name}-artifacts`, { [bundle.name]: bundle.text }, this);
         if (args.mirrorUrl) {
             this.url = pulumi.output(`${args.mirrorUrl.replace(/\/$/, "")}/${bundle.name}`);
         } else {

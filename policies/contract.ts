@@ -22,6 +22,8 @@ export const BUILT_SANDBOX_SHELL_PLACEHOLDER = "@SANDBOX_SHELL_IMAGE@";
  */
 export const BUNDLE_NAME = /^airlock-bundle-([0-9a-f]{64})\.json$/;
 export const BUNDLE_SOURCE_PATH = "/etc/airlock/bundle.json";
+/** Which files a host installs from it: [{path, permissions, template, vars}]. */
+export const BUNDLE_FILES_PATH = "/etc/airlock/bundle-files.json";
 
 /** The resource that carries rendered files, with inputs known at preview. */
 export const STASH_TYPE = "pulumi:index:Stash";

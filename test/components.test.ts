@@ -55,7 +55,7 @@ describe.each(SHIPPED_STACKS)("the %s stack under mocks", (stack) => {
         }
         expected.push([T.workloads, `${p}-workloads`, `${T.deployment} ${p}`]);
         // The host code bundle: uploaded to a bucket of its own unless the stack names a mirror.
-        expected.push([T.bundle, `${p}-bundle`, `${T.deployment} ${p}`], [T.stash, `${p}-bundle-artifacts`, `${T.bundle} ${p}-bundle`]);
+        expected.push([T.bundle, `${p}-bundle`, `${T.deployment} ${p}`]);
         if (!plan.config.hosts.bundleUrl) expected.push([T.b2, `${p}-bundle-bucket`, `${T.bundle} ${p}-bundle`], [T.b2, `${p}-bundle-file`, `${T.bundle} ${p}-bundle`]);
         expected.push([T.hostKey, `${p}-sandbox-host-key`, `${T.deployment} ${p}`]);
         for (const machine of ["gateway", "sandbox"]) {

@@ -1,9 +1,10 @@
 import { createHash } from "node:crypto";
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { BUNDLE_SOURCE_PATH } from "../../policies/contract";
+import { BUNDLE_FILES_PATH, BUNDLE_SOURCE_PATH } from "../../policies/contract";
+import { BUNDLE_FORMAT, BundledFile } from "../../policies/engine/bundle";
 import { renderSandboxSeccompProfile } from "./seccomp";
-import { fillPlaceholders, renderTemplate, TEMPLATES_DIR } from "./templates";
+import { renderTemplate, TEMPLATES_DIR } from "./templates";
 
 /**
  * The host code bundle. Hetzner accepts at most 32,768 characters of user_data
@@ -44,7 +45,6 @@ export function fromGenerated(hostPath: string, name: keyof typeof GENERATED & s
 /** Templates that never reach a host through the bundle: the user_data documents themselves and the image recipes. */
 const NOT_HOST_CODE = [/^cloud-init\//, /^images\//, /^README\.md$/];
 
-export const BUNDLE_FORMAT = "airlock-bundle/1";
 
 export interface Bundle {
     /** The object's name: airlock-bundle-<sha256>.json. */
@@ -81,7 +81,9 @@ export function renderBundle(): Bundle {
 /** Which bundle a host installs (its URL and sha256), written by cloud-init (write_files), in plain text. */
 export { BUNDLE_SOURCE_PATH };
 /** What it installs from it: each file's path, mode, template and values (gzip, base64 in user_data). */
-export const BUNDLE_FILES_PATH = "/etc/airlock/bundle-files.json";
+export { BUNDLE_FILES_PATH };
+/** How the installer fills them in, shared with the plan and the gate. */
+export { installedFiles, type BundledFile } from "../../policies/engine/bundle";
 /** The installer itself: in user_data, the one piece of host code the bundle cannot carry. */
 export const BUNDLE_INSTALLER_PATH = "/usr/local/sbin/airlock-bundle-install";
 /**
@@ -98,13 +100,6 @@ export interface BundleSource {
     sha256: string;
 }
 
-export interface BundledFile {
-    path: string;
-    permissions: string;
-    template: string;
-    vars: Record<string, string>;
-}
-
 export function bundleSourceText(bundle: Bundle): string {
     return `${JSON.stringify({ url: BUNDLE_URL_PLACEHOLDER, sha256: bundle.sha256 }, null, 1)}\n`;
 }
@@ -117,21 +112,6 @@ export function bundledFilesText(files: HostFile[]): string {
         return ` ${JSON.stringify(entry)}`;
     });
     return `[\n${lines.join(",\n")}\n]\n`;
-}
-
-/**
- * The files airlock-bundle-install writes from a bundle and a host's settings, as it
- * writes them (templates/scripts/bundle-install does the same in Python): the plan
- * shows them, and the tests compare both.
- */
-export function installedFiles(files: BundledFile[], bundleText: string): { path: string; content: string; permissions: string }[] {
-    const bundle = JSON.parse(bundleText) as { format?: string; templates?: Record<string, string> };
-    if (bundle.format !== BUNDLE_FORMAT || typeof bundle.templates !== "object") throw new Error(`not an ${BUNDLE_FORMAT} bundle`);
-    return files.map((file) => {
-        const template = bundle.templates![file.template];
-        if (typeof template !== "string") throw new Error(`the bundle has no ${file.template} (for ${file.path})`);
-        return { path: file.path, content: fillPlaceholders(template, file.vars, `${file.template} (for ${file.path})`), permissions: file.permissions };
-    });
 }
 
 export function withBundleUrl(cloudInit: string, url: string): string {

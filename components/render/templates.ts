@@ -1,5 +1,6 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
+import { fillPlaceholders } from "../../policies/engine/bundle";
 
 /** The real files everything is rendered from; see templates/README.md. (From the compiled copy in dist/, the source tree's.) */
 export const TEMPLATES_DIR = [path.resolve(__dirname, "..", "..", "templates"), path.resolve(__dirname, "..", "..", "..", "templates")].find((dir) =>
@@ -26,16 +27,5 @@ export function renderTemplate(relativePath: string, vars: Record<string, string
     return fillPlaceholders(readTemplate(relativePath), vars, `templates/${relativePath}`);
 }
 
-/** The `{{name}}` filling of renderTemplate, for real files kept elsewhere (the twin's); `where` names the file in errors. */
-export function fillPlaceholders(template: string, vars: Record<string, string>, where: string): string {
-    const used = new Set<string>();
-    const text = template.replace(/\{\{(\w+)\}\}/g, (_, name: string) => {
-        const value = vars[name];
-        if (value === undefined) throw new Error(`${where}: no value for {{${name}}}`);
-        used.add(name);
-        return value;
-    });
-    const unused = Object.keys(vars).filter((name) => !used.has(name));
-    if (unused.length > 0) throw new Error(`${where}: no placeholder for ${unused.join(", ")}`);
-    return text;
-}
+/** The `{{name}}` filling of renderTemplate (the host installer's own rule), for real files kept elsewhere (the twin's). */
+export { fillPlaceholders };

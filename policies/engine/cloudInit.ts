@@ -9,6 +9,8 @@ export interface CloudInitDoc {
     files: EmbeddedFile[];
     /** Top-level key -> line. */
     lines: Record<string, number>;
+    /** Set when judged beside its stash: why the files it installs from its host code bundle could not be judged. */
+    bundleProblem?: string;
 }
 
 export interface EmbeddedFile {

@@ -1,6 +1,7 @@
 import { artifactsOf, BUNDLE_NAME } from "../contract";
 import { RULES } from "../rules";
 import { parseHujson, wildcardProblems, tailnetAclNoWildcards } from "../rules/tailnet-acl-no-wildcards";
+import { carriedBundle, installedFiles, namedBundle } from "./bundle";
 import { CloudInitDoc, CloudInitParseError, parseCloudInit } from "./cloudInit";
 import { ComposeFile, ComposeParseError, parseCompose } from "./compose";
 import { fromDockerContainer } from "./container";
@@ -133,29 +134,31 @@ export function judgeCloudInitDoc(doc: CloudInitDoc, ctx: JudgeContext, origin: 
     return findings;
 }
 
-export function judgeCloudInit(text: string, ctx: JudgeContext, origin: Origin = {}): Finding[] {
+/**
+ * With the artifacts stashed beside it, a document that names a host code bundle is judged with the
+ * files its installer writes from it (their real paths and the host's values), or is unverifiable.
+ */
+export function judgeCloudInit(text: string, ctx: JudgeContext, origin: Origin = {}, beside?: Record<string, string>): Finding[] {
     try {
-        return judgeCloudInitDoc(parseCloudInit(text), ctx, origin);
+        const doc = parseCloudInit(text);
+        return judgeCloudInitDoc(beside ? withBundledFiles(doc, beside) : doc, ctx, origin);
     } catch (err) {
         if (err instanceof CloudInitParseError) return unparsable("cloud-init", err.message, origin, err.line);
         throw err;
     }
 }
 
-/**
- * A host code bundle: every template in it is judged by the cloud-init rules as a file a
- * host's user_data would write (the values each host fills in are in its user_data, judged there).
- */
-function judgeBundle(text: string, ctx: JudgeContext, origin: Origin): Finding[] {
-    let templates: Record<string, unknown>;
+function withBundledFiles(doc: CloudInitDoc, beside: Record<string, string>): CloudInitDoc {
+    const named = namedBundle(doc.files);
+    if (!named) return doc;
+    const bundle = named.sha256 ? carriedBundle(beside, named.sha256) : undefined;
+    if (named.problem || !bundle) return { ...doc, bundleProblem: named.problem ?? `it installs bundle ${named.sha256}, which is not stashed with it` };
     try {
-        templates = (JSON.parse(text) as { templates?: Record<string, unknown> }).templates ?? {};
-        if (typeof templates !== "object" || Object.values(templates).some((t) => typeof t !== "string")) throw new Error("templates is not a map of texts");
+        const installed = installedFiles(named.files, bundle).map((f, i) => ({ index: doc.files.length + i, path: f.path, content: f.content, permissions: f.permissions }));
+        return { ...doc, files: [...doc.files, ...installed] };
     } catch (err) {
-        return unparsable("cloud-init", `host code bundle: ${(err as Error).message}`, origin);
+        return { ...doc, bundleProblem: `its installer would refuse the bundle: ${(err as Error).message}` };
     }
-    const files = Object.entries(templates).map(([name, content], index) => ({ index, path: `/${name}`, content: content as string }));
-    return judgeCloudInitDoc({ text: "", data: {}, files, lines: {} }, ctx, origin);
 }
 
 /** Rendered files carried in a Stash (a host's cloud-init document, the tailnet policy), judged by what they are. */
@@ -164,15 +167,12 @@ function judgeArtifacts(artifacts: Record<string, string>, ctx: JudgeContext, re
     for (const [relative, content] of Object.entries(artifacts)) {
         const origin = { file: relative, resource };
         if (relative === "cloud-init.yaml") {
-            // Judged with every file it embeds.
-            findings.push(...judgeCloudInit(content, ctx, origin));
+            // Judged with every file it embeds, and every file it installs from the bundle it names.
+            findings.push(...judgeCloudInit(content, ctx, origin, artifacts));
             continue;
         }
-        if (BUNDLE_NAME.test(relative)) {
-            // The kit's host code, as the hosts get it: each template judged like a file user_data writes.
-            findings.push(...judgeBundle(content, ctx, origin));
-            continue;
-        }
+        // A host's bundle is judged as the files its document installs from it (below).
+        if (BUNDLE_NAME.test(relative)) continue;
         if (relative.endsWith(".hujson")) {
             try {
                 findings.push(...stamp(tailnetAclNoWildcards, wildcardProblems(parseHujson(content)), origin));

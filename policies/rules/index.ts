@@ -27,6 +27,7 @@ import { containersPortsPrivateOnly } from "./containers-ports-private-only";
 import { containersResourceLimits } from "./containers-resource-limits";
 import { hcloudFirewallNoPublicInboundTcp } from "./hcloud-firewall-no-public-inbound-tcp";
 import { hcloudServersHaveFirewall } from "./hcloud-servers-have-firewall";
+import { hcloudServersUserDataBundleJudged } from "./hcloud-servers-user-data-bundle-judged";
 import { hcloudServersUserDataVerifiable } from "./hcloud-servers-user-data-verifiable";
 import { sshdAcceptEnvAllowlist } from "./sshd-accept-env-allowlist";
 import { sshdAgentForceCommand } from "./sshd-agent-force-command";
@@ -72,6 +73,7 @@ export const RULES: Rule[] = [
     containersResourceLimits,
     hcloudFirewallNoPublicInboundTcp,
     hcloudServersHaveFirewall,
+    hcloudServersUserDataBundleJudged,
     hcloudServersUserDataVerifiable,
     sshdAcceptEnvAllowlist,
     sshdAgentForceCommand,
