@@ -222,6 +222,22 @@ describe.runIf(canRun)("airlock-bundle-install in a Debian 12 root", () => {
         expect(fs.readFileSync(path.join(root, "var/lib/airlock/bundle/installed"), "utf8")).toBe(`${renderBundle().sha256}\n`);
     });
 
+    it.each([
+        ["NaN, which the gate cannot read", (text: string) => text.replace(/\n}\n$/, ',\n "n": NaN\n}\n'), "NaN is not JSON"],
+        ["a key twice (the gate would read the last)", (text: string) => text.replace(/\n}\n$/, `,\n "sha256": "${"e".repeat(64)}"\n}\n`), "a key is repeated"],
+    ])("refuses a bundle.json with %s, as the gate does", async (_, change, why) => {
+        const file = path.join(root, "etc/airlock/bundle.json");
+        const original = fs.readFileSync(file, "utf8");
+        fs.writeFileSync(file, change(original));
+        try {
+            const result = await install();
+            expect(result.status).toBe(1);
+            expect(result.stderr).toContain(why);
+        } finally {
+            fs.writeFileSync(file, original);
+        }
+    });
+
     it("a download cut short is tried again, not refused", async () => {
         fs.rmSync(path.join(root, "var/lib/airlock/bundle", `${renderBundle().sha256}.json`));
         served = renderBundle().text;
