@@ -1,9 +1,9 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { artifactsOf, ConfigError, STASH_TYPE } from "../policies/contract";
+import { artifactsOf, BUNDLE_NAME, ConfigError, STASH_TYPE } from "../policies/contract";
 import { parseCloudInit } from "../policies/engine/cloudInit";
 import { filledLength, HETZNER_USER_DATA_LIMIT } from "../policies/rules/cloud-init-within-hetzner-user-data-limit";
-import { carriedBundle, installedFiles, isBundleName, namedBundle } from "../policies/engine/bundle";
+import { filesFromBundle } from "../policies/engine/bundle";
 import * as YAML from "yaml";
 import type { Finding } from "../policies/engine/finding";
 import { resourceLines } from "./check";
@@ -93,7 +93,7 @@ export function collectArtifacts(plan: StackPlan): Map<string, Record<string, st
         const files: Record<string, string> = {};
         for (const [name, text] of Object.entries(artifacts)) {
             // A host's bundle goes to out/<stack>/bundle/ (what a mirror serves), once.
-            if (isBundleName(name)) folders.set("bundle", { ...folders.get("bundle"), [name]: text });
+            if (BUNDLE_NAME.test(name)) folders.set("bundle", { ...folders.get("bundle"), [name]: text });
             else files[name] = text;
         }
         if (artifacts["cloud-init.yaml"] !== undefined) {
@@ -109,11 +109,9 @@ export function collectArtifacts(plan: StackPlan): Map<string, Record<string, st
 
 /** The files a host's installer writes from the bundle its user_data names (none when it names none). */
 function bundledFilesOf(written: { path: string; content: string }[], artifacts: Record<string, string>): { path: string; content: string }[] {
-    const named = namedBundle(written);
-    if (!named) return [];
-    const bundle = named.sha256 ? carriedBundle(artifacts, named.sha256) : undefined;
-    if (named.problem || !bundle) throw new Error(`the host code bundle its user_data names is not in the plan: ${named.problem ?? named.sha256}`);
-    return installedFiles(named.files, bundle);
+    const bundled = filesFromBundle(written, artifacts);
+    if (bundled && "problem" in bundled) throw new Error(`the host code bundle its user_data names is not in the plan: ${bundled.problem}`);
+    return bundled?.files ?? [];
 }
 
 /** Marks a folder as airlock plan output: only such a folder is ever replaced. */
@@ -224,7 +222,6 @@ export interface HostSummary {
     /** Characters of the rendered cloud-init document with each deploy-time value at its longest (the gate's count). */
     userDataChars: number;
 }
-
 
 export interface PlanSummary {
     stack: string;

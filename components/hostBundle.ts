@@ -26,12 +26,10 @@ export interface HostBundleArgs {
 export class HostBundle extends pulumi.ComponentResource {
     /** Where the hosts download it. */
     readonly url: pulumi.Output<string>;
-    readonly sha256: string;
 
     constructor(name: string, args: HostBundleArgs, opts?: pulumi.ComponentResourceOptions) {
         super("airlock:index:HostBundle", name, {}, opts);
         const { bundle } = args;
-        this.sha256 = bundle.sha256;
         if (args.mirrorUrl) {
             this.url = pulumi.output(`${args.mirrorUrl.replace(/\/$/, "")}/${bundle.name}`);
         } else {
@@ -49,6 +47,6 @@ export class HostBundle extends pulumi.ComponentResource {
             );
             this.url = file.url;
         }
-        this.registerOutputs({ url: this.url, sha256: this.sha256 });
+        this.registerOutputs({ url: this.url });
     }
 }

@@ -45,7 +45,6 @@ export function fromGenerated(hostPath: string, name: keyof typeof GENERATED & s
 /** Templates that never reach a host through the bundle: the user_data documents themselves and the image recipes. */
 const NOT_HOST_CODE = [/^cloud-init\//, /^images\//, /^README\.md$/];
 
-
 export interface Bundle {
     /** The object's name: airlock-bundle-<sha256>.json. */
     name: string;
@@ -94,11 +93,6 @@ export const BEFORE_PACKAGES_DIRS = ["/etc/apt/", "/etc/postgresql-common/"];
 
 /** The bundle's URL, filled at deploy (a B2 object's, or the operator's mirror). */
 export const BUNDLE_URL_PLACEHOLDER = "@BUNDLE_URL@";
-
-export interface BundleSource {
-    url: string;
-    sha256: string;
-}
 
 export function bundleSourceText(bundle: Bundle): string {
     return `${JSON.stringify({ url: BUNDLE_URL_PLACEHOLDER, sha256: bundle.sha256 }, null, 1)}\n`;

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { BUNDLE_FILES_PATH, BUNDLE_NAME, BUNDLE_SOURCE_PATH } from "../contract";
+import { BUNDLE_FILES_PATH, BUNDLE_SOURCE_PATH } from "../contract";
 
 /**
  * The host code bundle as a host installs it (templates/scripts/bundle-install does the same
@@ -83,9 +83,24 @@ export function namedBundle(files: { path: string; content: string }[]): NamedBu
 }
 
 /** The bundle text among `artifacts` whose name and bytes have this sha256. */
-export function carriedBundle(artifacts: Record<string, string>, sha256: string): string | undefined {
+function carriedBundle(artifacts: Record<string, string>, sha256: string): string | undefined {
     const text = artifacts[`airlock-bundle-${sha256}.json`];
     return text !== undefined && createHash("sha256").update(text, "utf8").digest("hex") === sha256 ? text : undefined;
 }
 
-export const isBundleName = (name: string) => BUNDLE_NAME.test(name);
+/**
+ * The files a host's installer writes from the bundle its document names, taken from the
+ * artifacts stashed with that document (the plan writes them out, the gate judges them):
+ * undefined when it names none, a problem when what it names cannot be known or installed.
+ */
+export function filesFromBundle(written: { path: string; content: string }[], beside: Record<string, string>): { files: InstalledFile[] } | { problem: string } | undefined {
+    const named = namedBundle(written);
+    if (!named) return undefined;
+    const bundle = named.sha256 ? carriedBundle(beside, named.sha256) : undefined;
+    if (named.problem || !bundle) return { problem: named.problem ?? `it installs bundle ${named.sha256}, which is not stashed with it` };
+    try {
+        return { files: installedFiles(named.files, bundle) };
+    } catch (err) {
+        return { problem: `its installer would refuse the bundle: ${(err as Error).message}` };
+    }
+}

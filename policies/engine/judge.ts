@@ -1,7 +1,7 @@
 import { artifactsOf, BUNDLE_NAME } from "../contract";
 import { RULES } from "../rules";
 import { parseHujson, wildcardProblems, tailnetAclNoWildcards } from "../rules/tailnet-acl-no-wildcards";
-import { carriedBundle, installedFiles, namedBundle } from "./bundle";
+import { filesFromBundle } from "./bundle";
 import { CloudInitDoc, CloudInitParseError, parseCloudInit } from "./cloudInit";
 import { ComposeFile, ComposeParseError, parseCompose } from "./compose";
 import { fromDockerContainer } from "./container";
@@ -149,16 +149,10 @@ export function judgeCloudInit(text: string, ctx: JudgeContext, origin: Origin =
 }
 
 function withBundledFiles(doc: CloudInitDoc, beside: Record<string, string>): CloudInitDoc {
-    const named = namedBundle(doc.files);
-    if (!named) return doc;
-    const bundle = named.sha256 ? carriedBundle(beside, named.sha256) : undefined;
-    if (named.problem || !bundle) return { ...doc, bundleProblem: named.problem ?? `it installs bundle ${named.sha256}, which is not stashed with it` };
-    try {
-        const installed = installedFiles(named.files, bundle).map((f, i) => ({ index: doc.files.length + i, path: f.path, content: f.content, permissions: f.permissions }));
-        return { ...doc, files: [...doc.files, ...installed] };
-    } catch (err) {
-        return { ...doc, bundleProblem: `its installer would refuse the bundle: ${(err as Error).message}` };
-    }
+    const bundled = filesFromBundle(doc.files, beside);
+    if (!bundled) return doc;
+    if ("problem" in bundled) return { ...doc, bundleProblem: bundled.problem };
+    return { ...doc, files: [...doc.files, ...bundled.files.map((f, i) => ({ ...f, index: doc.files.length + i }))] };
 }
 
 /** Rendered files carried in a Stash (a host's cloud-init document, the tailnet policy), judged by what they are. */
