@@ -2,7 +2,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { artifactsOf, BUNDLE_NAME, ConfigError, STASH_TYPE } from "../policies/contract";
 import { parseCloudInit } from "../policies/engine/cloudInit";
-import { filledLength, HETZNER_USER_DATA_LIMIT } from "../policies/rules/cloud-init-within-hetzner-user-data-limit";
+import { HETZNER_USER_DATA_LIMIT, userDataLength } from "../policies/rules/cloud-init-within-hetzner-user-data-limit";
 import { filesFromBundle } from "../policies/engine/bundle";
 import * as YAML from "yaml";
 import type { Finding } from "../policies/engine/finding";
@@ -280,7 +280,7 @@ export function summarize(plan: StackPlan): PlanSummary {
             runs,
             internetInbound: rules,
             tailnetInbound,
-            userDataChars: filledLength(collectArtifacts(plan).get(role)?.["cloud-init.yaml"] ?? ""),
+            userDataChars: userDataLength(parseCloudInit(collectArtifacts(plan).get(role)?.["cloud-init.yaml"] ?? "#cloud-config\n")),
         };
     });
 
@@ -343,7 +343,7 @@ export function formatSummary(summary: PlanSummary, outDir: string): string {
         lines.push(`  tailnet   inbound ${host.tailnetInbound.join("; ") || "nothing"}`);
         const over = host.userDataChars - HETZNER_USER_DATA_LIMIT;
         lines.push(
-            `  user_data ${host.userDataChars.toLocaleString("en")} characters at most, with its deploy-time values; Hetzner accepts ${HETZNER_USER_DATA_LIMIT.toLocaleString("en")}${over > 0 ? ` (over by ${over.toLocaleString("en")}: Hetzner refuses the server)` : ""}`,
+            `  user_data ${host.userDataChars.toLocaleString("en")} characters as sent (base64 of its gzip), with its deploy-time values at their longest; Hetzner accepts ${HETZNER_USER_DATA_LIMIT.toLocaleString("en")}${over > 0 ? ` (over by ${over.toLocaleString("en")}: Hetzner refuses the server)` : ""}`,
         );
     }
     lines.push("", `tailnet policy: ${summary.tailnetPolicy} (${path.join(outDir, "tailnet", "policy.hujson")})`);

@@ -4,6 +4,7 @@ import type * as tailscale from "@pulumi/tailscale";
 import { Artifacts, artifactStash } from "./artifacts";
 import { HostRole, RenderedHost, withBuiltImage, withSandboxHostKey, withTailnetKey } from "./render/hosts";
 import { withBundleUrl } from "./render/bundle";
+import { encodeUserData } from "../policies/engine/userData";
 import { BUILT_SANDBOX_SHELL_PLACEHOLDER } from "./workloads/compose";
 import type { Tailnet } from "./tailnet";
 
@@ -101,7 +102,8 @@ export function provisionHost(
         .all([rendered, joinKey.key, args.builtSandboxShell ?? "", args.sandboxHostKey.publicKey, args.sandboxHostKey.privateKey, args.bundleUrl])
         .apply(([host, key, built, hostPublicKey, hostPrivateKey, bundleUrl]) => {
             const withKeys = withBundleUrl(withSandboxHostKey(withTailnetKey(host.cloudInit, key), hostPublicKey, hostPrivateKey), bundleUrl);
-            return built ? withBuiltImage(withKeys, BUILT_SANDBOX_SHELL_PLACEHOLDER, built) : withKeys;
+            // Sent as base64 of its gzip (cloud-init's Hetzner datasource decodes it): about a third of its length.
+            return encodeUserData(built ? withBuiltImage(withKeys, BUILT_SANDBOX_SHELL_PLACEHOLDER, built) : withKeys);
         });
 
     const server = new hcloud.Server(

@@ -2,6 +2,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import * as YAML from "yaml";
 import { describe, expect, it } from "vitest";
+import { decodeUserData } from "../policies/engine/userData";
 import { collectArtifacts, writePlan } from "../cli/plan";
 import { artifactsOf } from "../components/artifacts";
 import { TAILNET_AUTH_KEY_PATH, withBuiltImage } from "../components/render/hosts";
@@ -178,7 +179,7 @@ describe.each(SHIPPED_STACKS)("the %s stack under mocks", (stack) => {
         const plan = await planShipped(stack, "up");
         const key = fakeTailnetKey();
         for (const role of ["gateway", "sandbox"]) {
-            const userData = String(resourceNamed(plan, T.server, `${plan.config.prefix}-${role}-server`).inputs.userData);
+            const userData = decodeUserData(String(resourceNamed(plan, T.server, `${plan.config.prefix}-${role}-server`).inputs.userData)).text;
             expect(userData.split(key)).toHaveLength(2);
             const doc = YAML.parse(userData);
             const keyFiles = doc.write_files.filter((f: any) => f.content.includes(key));
@@ -278,7 +279,7 @@ describe("the built sandbox shell", () => {
         expect(stashed["etc/airlock/compose.yml.in"]).toContain("image: \"@SANDBOX_SHELL_IMAGE@\"");
 
         const up = await planShipped("prod", "up");
-        const userData = String(resourceNamed(up, T.server, "airlock-prod-sandbox-server").inputs.userData);
+        const userData = decodeUserData(String(resourceNamed(up, T.server, "airlock-prod-sandbox-server").inputs.userData)).text;
         expect(userData).toContain(`image: "${BUILT_IMAGE}"`);
         expect(userData).not.toContain("@SANDBOX_SHELL_IMAGE@");
     });

@@ -3,6 +3,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import * as YAML from "yaml";
 import { describe, expect, it } from "vitest";
+import { decodeUserData } from "../policies/engine/userData";
 import { gatePlan } from "../cli/gate";
 import { planStack } from "../cli/offline";
 import { writePlan } from "../cli/plan";
@@ -251,7 +252,10 @@ describe("no secret value in any rendered file, preview.json or user_data", () =
         const texts = [...fs.readdirSync(out, { recursive: true, withFileTypes: true })]
             .filter((e) => e.isFile())
             .map((e) => [path.join(e.parentPath, e.name), fs.readFileSync(path.join(e.parentPath, e.name), "utf8")] as const);
-        texts.push(["servers' userData", JSON.stringify(plan.resources.filter((r) => r.type === "hcloud:index/server:Server").map((r) => r.inputs.userData))]);
+        // As sent, and as cloud-init reads it (base64 of gzip hides nothing from this search).
+        const servers = plan.resources.filter((r) => r.type === "hcloud:index/server:Server");
+        texts.push(["servers' userData", JSON.stringify(servers.map((r) => r.inputs.userData))]);
+        if (mode === "up") for (const server of servers) texts.push([`${server.name}'s decoded userData`, decodeUserData(String(server.inputs.userData)).text]);
         expect(texts.length).toBeGreaterThan(40);
         for (const [name, value] of Object.entries(values)) {
             // The whole value, and a distinctive slice of it (a PEM body line, the random tail of a token).

@@ -15,7 +15,7 @@ describe("template rendering", () => {
     });
 
     it("fails on a value without a placeholder", () => {
-        expect(() => renderTemplate("scripts/install-tailscale", { stray: "x" })).toThrow(/no placeholder for stray/);
+        expect(() => renderTemplate("scripts/tailnet-render", { stray: "x" })).toThrow(/no placeholder for stray/);
     });
 });
 

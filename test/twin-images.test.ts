@@ -3,6 +3,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import * as YAML from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { decodeUserData } from "../policies/engine/userData";
 import { readQueryLog } from "../cli/querylog";
 import { readStackFile } from "../components/config/load";
 import type { StackConfig } from "../components/config/schema";
@@ -347,7 +348,7 @@ describe("the twin's image list", () => {
             });
             const composed: string[] = [];
             for (const role of ["gateway", "sandbox"]) {
-                const userData = YAML.parse(String(resourceNamed(plan, "hcloud:index/server:Server", `${plan.config.prefix}-${role}-server`).inputs.userData));
+                const userData = YAML.parse(decodeUserData(String(resourceNamed(plan, "hcloud:index/server:Server", `${plan.config.prefix}-${role}-server`).inputs.userData)).text);
                 const compose = YAML.parse(userData.write_files.find((f: { path: string }) => f.path === COMPOSE_TEMPLATE_PATH).content);
                 composed.push(...Object.values(compose.services).map((service) => (service as { image: string }).image));
             }

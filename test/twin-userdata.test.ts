@@ -49,8 +49,8 @@ describe("the twin's user_data", () => {
             { joinKeys, digestOf: digest, sandboxHostKey: { publicKeyOpenssh: `${hostKey.pub}\n`, privateKeyOpenssh: hostKey.priv }, agentPublicKey: `${agentKey.pub} twin-gateway-agent` },
             path.join(dir, "render"),
         );
-        for (const role of ROLES) twin.userData[role] = pinTailscaleKey(twin.userData[role], fingerprint);
-        twin.userData.gateway = twinResolverUpstreams(twin.userData.gateway, HOST_ADDRESS);
+        for (const role of ROLES) twin.documents[role] = pinTailscaleKey(twin.documents[role], fingerprint);
+        twin.documents.gateway = twinResolverUpstreams(twin.documents.gateway, HOST_ADDRESS);
     }, 60_000);
 
     /** What each kind of line becomes at deploy time in the twin. */
@@ -60,7 +60,7 @@ describe("the twin's user_data", () => {
         if (image) return { kind: "image digest", line: line.replace(OFFLINE_DIGEST, digest(image[1])) };
         if (line.includes('"@SANDBOX_HOST_KEY@"')) return { kind: "sandbox host key", line: line.replace('"@SANDBOX_HOST_KEY@"', JSON.stringify(hostKey.priv)) };
         if (line.includes("@SANDBOX_HOST_PUBLIC_KEY@")) return { kind: "sandbox host public key", line: line.replace("@SANDBOX_HOST_PUBLIC_KEY@", hostKey.pub) };
-        if (/readonly FINGERPRINT="[0-9A-F]{40}"/.test(line)) return { kind: "Tailscale key fingerprint", line: line.replace(/"[0-9A-F]{40}"/, `"${fingerprint}"`) };
+        if (/"fingerprint":"[0-9A-F]{40}"/.test(line)) return { kind: "Tailscale key fingerprint", line: line.replace(/"fingerprint":"[0-9A-F]{40}"/, `"fingerprint":"${fingerprint}"`) };
         if (role === "gateway" && /^\s+(upstream_dns|bootstrap_dns): \[.+\]$/.test(line)) return { kind: "resolver upstreams", line: line.replace(/\[.+\]$/, `["${HOST_ADDRESS}"]`) };
         if (line.includes("@BUNDLE_URL@")) return { kind: "bundle URL", line: line.replace("@BUNDLE_URL@", `https://${B2_DOWNLOAD_HOST}/${twin.bundle.path}`) };
         if (/^\s+restrict ssh-ed25519 \S+ \S+$/.test(line)) return { kind: "agent's authorized key", line: line.replace(/ssh-ed25519 \S+ \S+$/, `${agentKey.pub} twin-gateway-agent`) };
@@ -68,7 +68,7 @@ describe("the twin's user_data", () => {
     }
 
     it.each(ROLES)("%s: differs from the plan's only in deploy-time values and the pinned fingerprint", (role) => {
-        const changes = substitutions(planned[role], twin.userData[role]);
+        const changes = substitutions(planned[role], twin.documents[role]);
         const kinds = new Set<string>();
         for (const change of changes) {
             const want = expected(role, change.planned);
@@ -81,11 +81,11 @@ describe("the twin's user_data", () => {
             (role === "gateway" ? [...always, "sandbox host public key", "resolver upstreams"] : [...always, "sandbox host key", "sandbox host public key", "agent's authorized key"]).sort(),
         );
         // Same length in lines: nothing added or dropped.
-        expect(twin.userData[role].split("\n").length).toBe(planned[role].split("\n").length);
+        expect(twin.documents[role].split("\n").length).toBe(planned[role].split("\n").length);
     });
 
     it("would notice a change that is not a deploy-time value", () => {
-        const tampered = twin.userData.sandbox.replace("package_upgrade: true", "package_upgrade: false");
+        const tampered = twin.documents.sandbox.replace("package_upgrade: true", "package_upgrade: false");
         const unexplained = substitutions(planned.sandbox, tampered).filter((c) => expected("sandbox", c.planned) === undefined);
         expect(unexplained).toEqual([{ planned: "package_upgrade: true", twin: "package_upgrade: false" }]);
     });

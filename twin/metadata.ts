@@ -18,8 +18,19 @@ export interface ServerMetadata {
 
 const metadataDir = (stack: string) => path.join(runDirOf(stack), "metadata");
 
-/** Publishes a server's metadata and user_data; the service reads them per request. */
+/**
+ * Hetzner's API refuses to create a server whose user_data is longer than this (API reference,
+ * "Create a Server", user_data: "Length must be between 0 and 32768"); it counts characters.
+ */
+export const USER_DATA_MAX_CHARACTERS = 32_768;
+
+/**
+ * Publishes a server's metadata and user_data, as creating it does (the service reads them per
+ * request): refused, with the API's own words, for user_data Hetzner would refuse.
+ */
 export function publishMetadata(stack: string, role: GuestRole, server: ServerMetadata): void {
+    const length = [...server.userData].length;
+    if (length > USER_DATA_MAX_CHARACTERS) throw new Error(`Hetzner refuses the ${role} server: user_data: Length must be between 0 and 32768 (it is ${length})`);
     const dir = path.join(metadataDir(stack), GUESTS[role].address);
     fs.mkdirSync(dir, { recursive: true });
     fs.writeFileSync(

@@ -23,6 +23,7 @@ import { createNetwork, destroyNetwork, firewallOn, netnsExists, NotReadyError, 
 import type { ExecOptions, ExecResult } from "./qga";
 import { registryNames, startStandIns, StandIns, stopStandIns, twinB2Dir } from "./standins";
 import { pinTailscaleKey, renderDeployment, TwinDeployment, twinResolverUpstreams } from "./userdata";
+import { encodeUserData } from "../policies/engine/userData";
 
 /**
  * `airlock twin`: both hosts of a stack as QEMU guests on this machine, booted
@@ -125,8 +126,8 @@ export async function renderForTwin(stack: string, stackFile: string, standIns: 
         },
         path.join(runDirOf(stack), "render"),
     );
-    for (const role of Object.keys(GUESTS) as GuestRole[]) deployment.userData[role] = pinTailscaleKey(deployment.userData[role], standIns.tailscaleKeyFingerprint);
-    deployment.userData.gateway = twinResolverUpstreams(deployment.userData.gateway, HOST_ADDRESS);
+    for (const role of Object.keys(GUESTS) as GuestRole[]) deployment.documents[role] = pinTailscaleKey(deployment.documents[role], standIns.tailscaleKeyFingerprint);
+    deployment.documents.gateway = twinResolverUpstreams(deployment.documents.gateway, HOST_ADDRESS);
     return deployment;
 }
 
@@ -147,7 +148,8 @@ async function boot(stack: string, state: TwinState, deployment: TwinDeployment,
         instanceId,
         location: deployment.location[role],
         publicKeys: deployment.sshKeys,
-        userData: deployment.userData[role],
+        // Sent as the plan sends it: base64 of the document's gzip.
+        userData: encodeUserData(deployment.documents[role]),
     });
     await launchGuest(stack, { role, instanceId, ...(role === "sandbox" ? { volume: { file: state.volume.file, id: state.volume.id } } : {}) }, standIns.bootFiles[role]);
     state.guests[role] = { instanceId, launchedAt: new Date().toISOString(), bootFiles: standIns.bootFiles[role] };

@@ -6,6 +6,7 @@ import { planStack, PlannedResource, StackPlan } from "../cli/offline";
 import { bucketNameFor } from "../components/backupBucket";
 import { readStackFile } from "../components/config/load";
 import { renderBundle } from "../components/render/bundle";
+import { decodeUserData } from "../policies/engine/userData";
 import { B2_DOWNLOAD_HOST, GuestRole } from "./contract";
 import type { FirewallRule } from "./network";
 
@@ -38,7 +39,8 @@ export interface DeployTimeValues {
 
 export interface TwinDeployment {
     plan: StackPlan;
-    userData: Record<GuestRole, string>;
+    /** Each server's user_data as cloud-init reads it (the plan sends it as base64 of its gzip: encodeUserData). */
+    documents: Record<GuestRole, string>;
     /** The inbound rules of the firewall attached to each server. */
     firewallRules: Record<GuestRole, FirewallRule[]>;
     hostnames: Record<GuestRole, string>;
@@ -95,7 +97,7 @@ export async function renderDeployment(stackFile: string, stack: string, values:
     };
     return {
         plan,
-        userData: byRole(servers, (r) => String(r.inputs.userData)),
+        documents: byRole(servers, (r) => decodeUserData(String(r.inputs.userData)).text),
         firewallRules: byRole(firewalls, (r) => (r.inputs.rules ?? []) as FirewallRule[]),
         hostnames: byRole(servers, (r) => String(r.inputs.name)),
         location: byRole(servers, (r) => String(r.inputs.location)),
@@ -121,19 +123,19 @@ function roleOfName(name: string): GuestRole {
     throw new Error(`cannot tell which host ${name} belongs to`);
 }
 
-/** The fingerprint airlock-install-tailscale pins, as the plan renders it. */
-const PINNED_FINGERPRINT = /(readonly FINGERPRINT=\\?")([0-9A-F]{40})(\\?")/;
+/** The fingerprint airlock-install-tailscale pins: its value in the host's bundle-files.json. */
+const PINNED_FINGERPRINT = /("fingerprint":")([0-9A-F]{40})(")/;
 
 /**
  * The one change to user_data beyond deploy-time values: the twin cannot serve
  * Tailscale's repository signed with Tailscale's key, so it pins its own key's
  * fingerprint in airlock-install-tailscale. Exactly one occurrence is replaced.
  */
-export function pinTailscaleKey(userData: string, fingerprint: string): string {
+export function pinTailscaleKey(document: string, fingerprint: string): string {
     if (!/^[0-9A-F]{40}$/.test(fingerprint)) throw new Error(`not a GPG fingerprint: ${fingerprint}`);
-    const matches = userData.match(new RegExp(PINNED_FINGERPRINT.source, "g")) ?? [];
+    const matches = document.match(new RegExp(PINNED_FINGERPRINT.source, "g")) ?? [];
     if (matches.length !== 1) throw new Error(`expected one pinned Tailscale key fingerprint in user_data, found ${matches.length}`);
-    return userData.replace(PINNED_FINGERPRINT, (_, before: string, __: string, after: string) => `${before}${fingerprint}${after}`);
+    return document.replace(PINNED_FINGERPRINT, (_, before: string, __: string, after: string) => `${before}${fingerprint}${after}`);
 }
 
 /** The upstreams of the gateway's AdGuard Home, as the plan renders them (inside its AdGuardHome.yaml). */
@@ -145,11 +147,11 @@ const RESOLVER_UPSTREAMS = /^(\s+)(upstream_dns|bootstrap_dns): \[.*\]$/gm;
  * upstreams and their bootstrap resolvers, which nothing in the twin answers (a DoH
  * server would need a certificate the real image does not trust). Exactly both lines.
  */
-export function twinResolverUpstreams(userData: string, resolver: string): string {
+export function twinResolverUpstreams(document: string, resolver: string): string {
     if (!/^\d+\.\d+\.\d+\.\d+$/.test(resolver)) throw new Error(`not an IPv4 address: ${resolver}`);
-    const found = userData.match(RESOLVER_UPSTREAMS) ?? [];
+    const found = document.match(RESOLVER_UPSTREAMS) ?? [];
     if (found.length !== 2) throw new Error(`expected AdGuard Home's upstream_dns and bootstrap_dns in the gateway's user_data, found ${found.length} lines`);
-    return userData.replace(RESOLVER_UPSTREAMS, (_, indent: string, key: string) => `${indent}${key}: ["${resolver}"]`);
+    return document.replace(RESOLVER_UPSTREAMS, (_, indent: string, key: string) => `${indent}${key}: ["${resolver}"]`);
 }
 
 /** One line where the twin's user_data differs from the plan's. */

@@ -4,7 +4,7 @@ import * as path from "node:path";
 import { BUNDLE_FILES_PATH, BUNDLE_SOURCE_PATH } from "../../policies/contract";
 import { BUNDLE_FORMAT, BundledFile } from "../../policies/engine/bundle";
 import { renderSandboxSeccompProfile } from "./seccomp";
-import { renderTemplate, TEMPLATES_DIR } from "./templates";
+import { readTemplate, renderTemplate, TEMPLATES_DIR } from "./templates";
 
 /**
  * The host code bundle. Hetzner accepts at most 32,768 characters of user_data
@@ -64,7 +64,7 @@ export function renderBundle(): Bundle {
             if (entry.isDirectory()) walk(full);
             else {
                 const name = path.relative(TEMPLATES_DIR, full).split(path.sep).join("/");
-                if (!NOT_HOST_CODE.some((re) => re.test(name))) entries[name] = fs.readFileSync(full, "utf8");
+                if (!NOT_HOST_CODE.some((re) => re.test(name))) entries[name] = readTemplate(name);
             }
         }
     };
@@ -79,7 +79,7 @@ export function renderBundle(): Bundle {
 
 /** Which bundle a host installs (its URL and sha256), written by cloud-init (write_files), in plain text. */
 export { BUNDLE_SOURCE_PATH };
-/** What it installs from it: each file's path, mode, template and values (gzip, base64 in user_data). */
+/** What it installs from it: each file's path, mode, template and values, one file a line. */
 export { BUNDLE_FILES_PATH };
 /** How the installer fills them in, shared with the plan and the gate. */
 export { installedFiles, type BundledFile } from "../../policies/engine/bundle";

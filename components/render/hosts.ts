@@ -1,9 +1,8 @@
 import * as path from "node:path";
-import { gzipSync } from "node:zlib";
 import * as YAML from "yaml";
-import { HERMES_RUNTIME, RUNTIME_PINNED_ENV, TAILNET_AUTH_KEY_PATH, TAILNET_AUTH_KEY_PLACEHOLDER, TAILNET_DOMAIN_PLACEHOLDER } from "../../policies/contract";
-import { AGENT_SUBORDINATE_IDS, FORBIDDEN_ENV, type StackConfig } from "../config/schema";
-import { GITHUB_APP_KEY_SECRET, GITHUB_REPOSITORY_PERMISSIONS } from "../config/automation";
+import { HERMES_RUNTIME, TAILNET_AUTH_KEY_PATH, TAILNET_AUTH_KEY_PLACEHOLDER, TAILNET_DOMAIN_PLACEHOLDER } from "../../policies/contract";
+import { AGENT_SUBORDINATE_IDS, type StackConfig } from "../config/schema";
+import { GITHUB_APP_KEY_SECRET } from "../config/automation";
 import {
     adguardDataDir,
     AGENT_MEMORY_DB_CONTAINER,
@@ -73,7 +72,8 @@ const RENDER = "/usr/local/sbin/airlock-tailnet-render";
 /** The resolver's settings as rendered; copied into AdGuard Home's data directory at every start. */
 const ADGUARD_CONFIG_PATH = "/etc/airlock/adguard/AdGuardHome.yaml";
 /** Stays in user_data: the Tailscale repository key it pins is where trust in tailscaled starts (the twin pins its own). */
-const INSTALL_TAILSCALE_PATH = "/usr/local/sbin/airlock-install-tailscale";
+/** The key pkgs.tailscale.com signs its Debian repository with (its primary key's fingerprint, as `gpg --show-keys` prints it). */
+const TAILSCALE_REPOSITORY_KEY_FINGERPRINT = "2596A99EAAB33821893C0A79458CA832957F5868";
 export const SANDBOX_WRAPPER_PATH = "/usr/local/libexec/airlock/sandbox-shell";
 /** Every DNS query from the tailnet, captured on the gateway (tcpdump's lines), rotated by size to .1 ... .(FILES-1). */
 export const DNS_CAPTURE_LOG = "/var/log/airlock/dns/queries.log";
@@ -144,7 +144,7 @@ function commonFiles(cfg: StackConfig, role: HostRole, units: HostUnits): HostFi
         // Written before cloud-init installs the packages list (write_files runs first).
         config("/etc/apt/apt.conf.d/90airlock-no-recommends", "apt/90airlock-no-recommends"),
         config(DHCP_KEEP_RESOLV_CONF_PATH, "dhcp/keep-resolv-conf"),
-        script(INSTALL_TAILSCALE_PATH, "scripts/install-tailscale"),
+        script("/usr/local/sbin/airlock-install-tailscale", "scripts/install-tailscale", { fingerprint: TAILSCALE_REPOSITORY_KEY_FINGERPRINT }),
         script("/usr/local/sbin/airlock-tailnet-join", "scripts/tailnet-join", {
             hostname: cfg.hostnames[role],
             tag: role === "gateway" ? cfg.tailnet.gatewayTag : cfg.tailnet.sandboxTag,
@@ -386,9 +386,6 @@ function agentUnits(cfg: StackConfig): string[] {
     return cfg.gateway.agent ? ["airlock-agent-state.service", "airlock-agent-secrets.service", "airlock-agent-key.service"] : [];
 }
 
-/** Names no runtime variable may have (a regular expression for Python's re). */
-const RUNTIME_FORBIDDEN_ENV = `(?:${FORBIDDEN_ENV.source})|(?:${RUNTIME_PINNED_ENV.source})`;
-
 /** As the JSON literal a Python script reads (JSON strings and lists are Python literals). */
 const py = (value: unknown) => JSON.stringify(value);
 
@@ -430,7 +427,6 @@ function agentRuntimeFiles(cfg: StackConfig): HostFile[] {
                     knownHosts: GATEWAY_KNOWN_HOSTS_PATH,
                 }),
             ),
-            forbiddenNames: py(RUNTIME_FORBIDDEN_ENV),
         }),
         // The runtime's ssh config names the sandbox by its full MagicDNS name (the domain filled
         // at boot): its container has no search domain, so no short name is ever completed by one.
@@ -448,7 +444,6 @@ function agentRuntimeFiles(cfg: StackConfig): HostFile[] {
             agentUser: py(user),
             appKeySecret: py(GITHUB_APP_KEY_SECRET),
             restart: py(restart),
-            forbiddenNames: py(RUNTIME_FORBIDDEN_ENV),
         }),
         config("/etc/systemd/system/airlock-agent-secrets.service", "systemd/airlock-agent-secrets.service", { agentUid: String(cfg.agent.uid) }),
         ...stateFilesystem(cfg, {
@@ -530,7 +525,6 @@ function githubTokenFiles(cfg: StackConfig): HostFile[] {
             appKeySecret: py(GITHUB_APP_KEY_SECRET),
             socketPath: py(p.githubTokenSocket),
             stateDir: py(GITHUB_STATE_DIR),
-            permissionNames: py(GITHUB_REPOSITORY_PERMISSIONS),
         }),
         config("/etc/systemd/system/airlock-github-token.socket", "github/airlock-github-token.socket", { socketPath: p.githubTokenSocket, agentUser: cfg.agent.user }),
         config("/etc/systemd/system/airlock-github-token@.service", "github/airlock-github-token@.service"),
@@ -670,7 +664,7 @@ function auditFiles(cfg: StackConfig): HostFile[] {
  * in user_data. Whole stay: what the policies judge inside user_data (sshd configs, compose
  * files, and the settings a compose file mounts, such as the runtime's managed config; a
  * mounted program is judged by its mount alone), what cloud-init reads before runcmd installs
- * the bundle, what the kit renders per stack without a template, and airlock-install-tailscale.
+ * the bundle, and what the kit renders per stack without a template.
  */
 function bundledOf(files: HostFile[]): (file: HostFile) => boolean {
     const compose = files.filter((f) => embeddedKind(f.path)?.kind === "compose").map((f) => f.content);
@@ -679,29 +673,8 @@ function bundledOf(files: HostFile[]): (file: HostFile) => boolean {
         file.bundled !== undefined &&
         embeddedKind(file.path) === undefined &&
         !mountedSettings(file) &&
-        !BEFORE_PACKAGES_DIRS.some((dir) => file.path.startsWith(dir)) &&
-        file.path !== INSTALL_TAILSCALE_PATH;
+        !BEFORE_PACKAGES_DIRS.some((dir) => file.path.startsWith(dir));
 }
-
-/**
- * Whole files a reviewer checks in user_data itself stay plain: the roots of trust (the
- * installer, Tailscale's pinned key), what a deploy fills in (keys, the bundle's URL, a
- * built image), the compose files' image references and the resolver's upstreams, and
- * what apt reads. Other settings are compressed as write_files allows (gz+b64): the plan
- * writes them out decoded, and the policies judge them decoded.
- */
-function readInUserData(hostPath: string, content: string): boolean {
-    return (
-        /@[A-Z_]+@/.test(content) ||
-        hostPath === INSTALL_TAILSCALE_PATH ||
-        embeddedKind(hostPath)?.kind === "compose" ||
-        hostPath === ADGUARD_CONFIG_PATH ||
-        BEFORE_PACKAGES_DIRS.some((dir) => hostPath.startsWith(dir)) ||
-        content.length < 512
-    );
-}
-
-const compressed = (path: string, content: string, permissions: string) => ({ path, encoding: "gz+b64", content: gzipSync(content).toString("base64"), permissions });
 
 /**
  * The cloud-init template; every file either whole as a write_files entry or in the bundle
@@ -716,12 +689,12 @@ function assemble(cfg: StackConfig, role: HostRole, files: HostFile[], vars: Rec
     const doc = YAML.parseDocument(renderTemplate(`cloud-init/${role}.yaml`, yamlVars));
     const bundle = renderBundle();
     const inBundle = bundledOf(files);
-    const whole = files.filter((file) => !inBundle(file)).map(({ path, content, permissions }) => (readInUserData(path, content) ? { path, content, permissions } : compressed(path, content, permissions)));
+    // Every file plain: the whole document is sent compressed (encodeUserData), so reviewers read it as the host does.
+    const whole = files.filter((file) => !inBundle(file)).map(({ path, content, permissions }) => ({ path, content, permissions }));
     const writeFiles = [
         ...whole.map((file) => ({ ...file, owner: "root:root" })),
         { path: BUNDLE_SOURCE_PATH, content: bundleSourceText(bundle), permissions: "0644", owner: "root:root" },
-        // Machine-read (its template values): compressed; the plan writes it out decoded.
-        { ...compressed(BUNDLE_FILES_PATH, bundledFilesText(files.filter(inBundle)), "0644"), owner: "root:root" },
+        { path: BUNDLE_FILES_PATH, content: bundledFilesText(files.filter(inBundle)), permissions: "0644", owner: "root:root" },
         { path: BUNDLE_INSTALLER_PATH, content: renderTemplate("scripts/bundle-install", {}), permissions: "0755", owner: "root:root" },
         { path: TAILNET_AUTH_KEY_PATH, content: TAILNET_AUTH_KEY_PLACEHOLDER, permissions: "0600", owner: "root:root" },
     ];

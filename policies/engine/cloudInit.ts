@@ -1,5 +1,6 @@
 import * as zlib from "node:zlib";
 import * as YAML from "yaml";
+import { decodeUserData, UserDataDecodeError, UserDataEncoding } from "./userData";
 
 /** A user_data document: cloud-config parsed, write_files decoded; or a plain script. */
 export interface CloudInitDoc {
@@ -11,6 +12,11 @@ export interface CloudInitDoc {
     lines: Record<string, number>;
     /** Set when judged beside its stash: why the files it installs from its host code bundle could not be judged. */
     bundleProblem?: string;
+    /**
+     * The string Hetzner receives, when it is known: an encoded document (base64, of gzip or not),
+     * or a server's own user_data. A plain document without it is sent as airlock sends its own.
+     */
+    delivery?: { encoding: UserDataEncoding; length: number };
 }
 
 export interface EmbeddedFile {
@@ -35,13 +41,29 @@ export class CloudInitParseError extends Error {
 /** The most an embedded file may decompress to before it is judged unverifiable (a gzip bomb). */
 export const MAX_DECODED_BYTES = 16 * 2 ** 20;
 
+/**
+ * user_data as cloud-init on a Hetzner server reads it (base64 decoded, then gunzipped:
+ * see userData.ts), parsed. `sent`: this string is what the server is created with.
+ */
+export function parseUserData(text: string, sent = false): CloudInitDoc {
+    let decoded;
+    try {
+        decoded = decodeUserData(text);
+    } catch (err) {
+        if (err instanceof UserDataDecodeError) throw new CloudInitParseError(err.message);
+        throw err;
+    }
+    const doc = parseCloudInit(decoded.text);
+    return sent || decoded.encoding !== "plain" ? { ...doc, delivery: { encoding: decoded.encoding, length: [...text].length } } : doc;
+}
+
 export function parseCloudInit(text: string): CloudInitDoc {
     text = text.replace(/^\uFEFF/, "");
     const first = text.split("\n", 1)[0].trim();
     if (first.startsWith("#!")) return { text, files: [], lines: {} };
     if (first !== "#cloud-config") {
         throw new CloudInitParseError(
-            `user_data starts with "${first.slice(0, 40)}"; only #cloud-config and scripts can be judged (MIME, Jinja and compressed user_data are not)`,
+            `user_data starts with "${first.slice(0, 40)}"; only #cloud-config and scripts can be judged, plain or as base64 (of gzip) in one line (MIME and Jinja are not)`,
         );
     }
     const lineCounter = new YAML.LineCounter();

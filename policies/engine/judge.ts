@@ -2,7 +2,7 @@ import { artifactsOf, BUNDLE_NAME } from "../contract";
 import { RULES } from "../rules";
 import { parseHujson, wildcardProblems, tailnetAclNoWildcards } from "../rules/tailnet-acl-no-wildcards";
 import { filesFromBundle } from "./bundle";
-import { CloudInitDoc, CloudInitParseError, parseCloudInit } from "./cloudInit";
+import { CloudInitDoc, CloudInitParseError, parseUserData } from "./cloudInit";
 import { ComposeFile, ComposeParseError, parseCompose } from "./compose";
 import { fromDockerContainer } from "./container";
 import type { JudgeContext } from "./context";
@@ -49,7 +49,11 @@ function stamp(rule: Pick<Rule, "id" | "remediation">, problems: Problem[], orig
 export const PARSE_RULES: RuleInfo[] = [
     { id: "sshd-parses", description: "An sshd config must be self-contained (no Include) so all of it is judged.", remediation: "Inline the included settings; airlock configs are self-contained on purpose." },
     { id: "compose-parses", description: "A compose file must parse and every `extends` must resolve before its services are judged.", remediation: "Fix the YAML and make every `extends` resolvable." },
-    { id: "cloud-init-parses", description: "user_data must be #cloud-config (or a script) that parses; MIME, Jinja or compressed user_data cannot be judged.", remediation: "Render plain #cloud-config." },
+    {
+        id: "cloud-init-parses",
+        description: "user_data must be #cloud-config (or a script) that parses, plain or as one line of base64 (of its gzip) as cloud-init's Hetzner datasource decodes it; MIME or Jinja user_data cannot be judged.",
+        remediation: "Render #cloud-config, sent plain or as base64 of its gzip on one line.",
+    },
 ];
 /** The preview itself (`airlock check preview.json`); not a pack policy: CrossGuard hands the pack resources, not a file. */
 export const PREVIEW_PARSES: RuleInfo = {
@@ -68,7 +72,7 @@ function unparsable(kind: ArtifactKind, message: string, origin: Origin, line?: 
 const FIX_UNPARSABLE: Record<ArtifactKind, string> = {
     compose: "Make it a valid compose file: fix the YAML (the line above), declare its services under `services:`.",
     sshd: "Make it a complete sshd_config.",
-    "cloud-init": "Render plain #cloud-config (or a script) that parses, with write_files content that decodes.",
+    "cloud-init": "Render #cloud-config (or a script) that parses, plain or as base64 of its gzip on one line, with write_files content that decodes.",
 };
 
 export function judgeSshd(text: string, ctx: JudgeContext, origin: Origin = {}, fragment = false): Finding[] {
@@ -137,10 +141,11 @@ export function judgeCloudInitDoc(doc: CloudInitDoc, ctx: JudgeContext, origin: 
 /**
  * With the artifacts stashed beside it, a document that names a host code bundle is judged with the
  * files its installer writes from it (their real paths and the host's values), or is unverifiable.
+ * `sent`: the text is the user_data a server is created with (its length is what Hetzner counts).
  */
-export function judgeCloudInit(text: string, ctx: JudgeContext, origin: Origin = {}, beside?: Record<string, string>): Finding[] {
+export function judgeCloudInit(text: string, ctx: JudgeContext, origin: Origin = {}, beside?: Record<string, string>, sent = false): Finding[] {
     try {
-        const doc = parseCloudInit(text);
+        const doc = parseUserData(text, sent);
         return judgeCloudInitDoc(beside ? withBundledFiles(doc, beside) : doc, ctx, origin);
     } catch (err) {
         if (err instanceof CloudInitParseError) return unparsable("cloud-init", err.message, origin, err.line);
@@ -193,7 +198,7 @@ export function judgeResource(resource: PlannedResourceLike, ctx: JudgeContext):
         const userData = resource.inputs.userData;
         // Unknown at preview (or redacted in a preview's JSON): judged through its stashed
         // artifact instead (see hcloud-servers-user-data-verifiable).
-        if (typeof userData === "string" && !isHidden(userData)) findings.push(...judgeCloudInit(userData, ctx, { ...origin, file: "userData" }));
+        if (typeof userData === "string" && !isHidden(userData)) findings.push(...judgeCloudInit(userData, ctx, { ...origin, file: "userData" }, undefined, true));
     }
     if (resource.type === TYPES.stash) {
         const artifacts = artifactsOf(resource.inputs);

@@ -1,5 +1,7 @@
 import { BUILT_SANDBOX_SHELL_PLACEHOLDER, TAILNET_AUTH_KEY_PLACEHOLDER } from "../contract";
+import type { CloudInitDoc } from "../engine/cloudInit";
 import type { Rule } from "../engine/rule";
+import { encodeUserData, incompressibleFiller } from "../engine/userData";
 
 /**
  * Hetzner Cloud's API refuses a server whose user_data is longer than 32,768 characters
@@ -24,22 +26,38 @@ export const DEPLOY_TIME_MAX: Record<string, number> = {
     [BUILT_SANDBOX_SHELL_PLACEHOLDER]: 255 + 72,
 };
 
-/** The document's length once every deploy-time value is in it, each at its longest. */
-export function filledLength(text: string): number {
-    let length = [...text].length;
-    for (const [placeholder, max] of Object.entries(DEPLOY_TIME_MAX)) length += (text.split(placeholder).length - 1) * (max - placeholder.length);
-    return length;
+/** The document with every deploy-time value in it at its longest, each as random as a key (so it compresses as badly). */
+export function filledAtLongest(text: string): string {
+    let out = text;
+    for (const [placeholder, max] of Object.entries(DEPLOY_TIME_MAX)) {
+        out = out.split(placeholder).map((part, i) => (i === 0 ? part : `${incompressibleFiller(max, `${placeholder}#${i}`)}${part}`)).join("");
+    }
+    return out;
+}
+
+/**
+ * The characters Hetzner counts for this document: the string itself when it is what is sent
+ * (a server's user_data, an encoded document); otherwise as airlock sends a plain document,
+ * base64 of its gzip, with each deploy-time value at its longest. Compression makes that an
+ * estimate within a few characters, not a bound; `pulumi up` judges the real string before
+ * the server is created.
+ */
+export function userDataLength(doc: CloudInitDoc): number {
+    return doc.delivery ? doc.delivery.length : encodeUserData(filledAtLongest(doc.text)).length;
 }
 
 export const cloudInitWithinHetznerUserDataLimit: Rule = {
     kind: "cloud-init",
     id: "cloud-init-within-hetzner-user-data-limit",
-    description: `The user_data document is at most ${HETZNER_USER_DATA_LIMIT.toLocaleString("en")} characters, the most Hetzner's API accepts for a server, with each value a deploy fills in (join key, host keys, bundle URL, built image) counted at its longest.`,
+    description:
+        `The user_data is at most ${HETZNER_USER_DATA_LIMIT.toLocaleString("en")} characters as Hetzner's API receives it, the most it accepts for a server: ` +
+        "a plain document counted as airlock sends one (base64 of its gzip, which cloud-init's Hetzner datasource decodes), with each value a deploy fills in (join key, host keys, bundle URL, built image) at its longest.",
     remediation:
-        "Move host code out of user_data: airlock keeps only per-stack settings there and installs the rest from its sha256-pinned bundle; a hand-written document can fetch and verify its files the same way.",
+        "Send the document as base64 of its gzip (airlock does) and move host code out of user_data: airlock keeps only per-stack settings there and installs the rest from its sha256-pinned bundle; a hand-written document can fetch and verify its files the same way.",
     check(doc) {
-        const length = filledLength(doc.text);
+        const length = userDataLength(doc);
         if (length <= HETZNER_USER_DATA_LIMIT) return [];
-        return [{ message: `user_data is ${length.toLocaleString("en")} characters with its deploy-time values, over Hetzner's ${HETZNER_USER_DATA_LIMIT.toLocaleString("en")} by ${(length - HETZNER_USER_DATA_LIMIT).toLocaleString("en")}`, line: 1, where: "user_data" }];
+        const as = doc.delivery ? (doc.delivery.encoding === "plain" ? "as sent (plain)" : `as sent (${doc.delivery.encoding})`) : "as base64 of its gzip, with its deploy-time values";
+        return [{ message: `user_data is ${length.toLocaleString("en")} characters ${as}, over Hetzner's ${HETZNER_USER_DATA_LIMIT.toLocaleString("en")} by ${(length - HETZNER_USER_DATA_LIMIT).toLocaleString("en")}`, line: 1, where: "user_data" }];
     },
 };

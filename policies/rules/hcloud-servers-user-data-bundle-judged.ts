@@ -1,6 +1,6 @@
 import { artifactsOf, STASH_TYPE } from "../contract";
 import { namedBundle } from "../engine/bundle";
-import { parseCloudInit } from "../engine/cloudInit";
+import { parseUserData } from "../engine/cloudInit";
 import { isHidden } from "../engine/finding";
 import { TYPES } from "../engine/resource";
 import type { Rule } from "../engine/rule";
@@ -8,7 +8,7 @@ import type { Rule } from "../engine/rule";
 /** The bundle a user_data document names ("" for none; undefined when it cannot be read). */
 function bundleOf(text: string): string | undefined {
     try {
-        const named = namedBundle(parseCloudInit(text).files);
+        const named = namedBundle(parseUserData(text).files);
         return named === undefined ? "" : named.sha256;
     } catch {
         return undefined;

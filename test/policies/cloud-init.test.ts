@@ -4,7 +4,12 @@ import { describe, expect, it } from "vitest";
 import { readStackFile } from "../../components/config/load";
 import { TAILNET_AUTH_KEY_PATH, withTailnetKey } from "../../components/render/hosts";
 import { fakeTailnetKey, renderedFile, stackFile, renderHosts } from "../helpers/stacks";
-import { cloudInit, ruleIds } from "./helpers";
+import { randomBytes } from "node:crypto";
+import { encodeUserData } from "../../policies/engine/userData";
+import { HETZNER_USER_DATA_LIMIT } from "../../policies/rules/cloud-init-within-hetzner-user-data-limit";
+import { cloudInit, resources, ruleIds } from "./helpers";
+
+const server = (userData: string) => ({ urn: "urn:s", type: "hcloud:index/server:Server", name: "s", inputs: { firewallIds: [1], userData } });
 
 const cfg = readStackFile(stackFile("dev"));
 const sandboxUserData = withTailnetKey(renderHosts(cfg).sandbox.cloudInit, fakeTailnetKey());
@@ -61,17 +66,21 @@ describe("cloud-init rules", () => {
         if (!rule.startsWith("containers-")) expect(ruleIds(cloudInit(text))).toEqual([rule]);
     });
 
-    it("counts what a deploy fills in at its longest: a document just under the limit with its placeholders is over it filled in", () => {
+    it("counts a plain document as airlock sends it, base64 of its gzip, with what a deploy fills in at its longest", () => {
         const planned = renderHosts(cfg).sandbox.cloudInit; // the join key, the host keys and the bundle URL still placeholders
-        const padTo = (target: number) => `${planned}# ${"x".repeat(target - [...planned].length - 3)}\n`;
-        const limit = ruleIds(cloudInit(padTo(32_768))).filter((id) => id === "cloud-init-within-hetzner-user-data-limit");
-        expect([...padTo(32_768)].length).toBe(32_768);
-        expect(limit).toEqual(["cloud-init-within-hetzner-user-data-limit"]);
-        // Without a placeholder, exactly the limit passes and one more character fails.
-        const plain = (n: number) => `#cloud-config\n# ${"x".repeat(n - 17)}\n`;
-        expect([...plain(32_768)].length).toBe(32_768);
-        expect(ruleIds(cloudInit(plain(32_768)))).toEqual([]);
-        expect(ruleIds(cloudInit(plain(32_769)))).toEqual(["cloud-init-within-hetzner-user-data-limit"]);
+        // Random text compresses as badly as a key: pad until the document as it stands just fits.
+        const noise = randomBytes(30_000).toString("base64");
+        const padded = (n: number) => `${planned}# ${noise.slice(0, n)}\n`;
+        let n = 0;
+        while (encodeUserData(padded(n + 16)).length <= HETZNER_USER_DATA_LIMIT) n += 16;
+        const document = padded(n);
+        expect(encodeUserData(document).length).toBeLessThanOrEqual(HETZNER_USER_DATA_LIMIT);
+        expect(ruleIds(cloudInit(document))).toEqual(["cloud-init-within-hetzner-user-data-limit"]);
+        // Sent as is, it is counted as is: exactly the limit passes and one more character fails.
+        const asSent = (n: number) => server(`#cloud-config\n# ${"x".repeat(n - 17)}\n`);
+        expect([...String(asSent(32_768).inputs.userData)].length).toBe(32_768);
+        expect(ruleIds(resources([asSent(32_768)]))).toEqual([]);
+        expect(ruleIds(resources([asSent(32_769)]))).toEqual(["cloud-init-within-hetzner-user-data-limit"]);
     });
 
     it("never echoes a secret in a finding", () => {
