@@ -8,17 +8,19 @@ import { OPERATOR_KEY_CAPABILITIES, operatorCapabilitiesFor, Needed } from "../c
 import { bucketProvider, fileProvider, keyProvider } from "../components/b2/resources";
 import { readStackFile } from "../components/config/load";
 import { FakeB2, startFakeB2 } from "./helpers/fakeB2";
+import { FakeTailscale, startFakeTailscale } from "./helpers/fakeTailscale";
 import { editedStack, REPO, stackFile } from "./helpers/stacks";
 
 let b2: FakeB2;
+let ts: FakeTailscale;
 const saved = { ...process.env };
 
 beforeAll(async () => {
-    b2 = await startFakeB2();
+    [b2, ts] = await Promise.all([startFakeB2(), startFakeTailscale()]);
 });
 afterAll(async () => {
     process.env = saved;
-    await b2.close();
+    await Promise.all([b2.close(), ts.close()]);
 });
 
 const prod = () => readStackFile(stackFile("prod"));
@@ -77,5 +79,28 @@ describe("the operator key's capabilities: one list", () => {
         const when: Record<Needed, string> = { always: "always", bundleUpload: "unless `airlock:hosts.bundleUrl` is set", objectLock: "when `airlock:backup.objectLockDays` is set" };
         const rows = table.map((row) => row.split("|").slice(1, -1).map((cell) => cell.trim()));
         expect(rows).toEqual(OPERATOR_KEY_CAPABILITIES.map((c) => [`\`${c.capability}\``, c.calls.map((call) => `\`${call}\``).join(", "), when[c.needed]]));
+    });
+});
+
+describe("the Tailscale stand-in is as strict as Tailscale", () => {
+    const post = (body: string, type: string) => fetch(`${ts.url}/api/v2/oauth/token`, { method: "POST", headers: { "Content-Type": type }, body });
+
+    it("exchanges only form-encoded client credentials, and refuses a wrong secret", async () => {
+        const { clientId, clientSecret } = ts.addOAuthClient(["policy_file:read"], []);
+        expect((await post(JSON.stringify({ grant_type: "client_credentials", client_id: clientId, client_secret: clientSecret }), "application/json")).status).toBe(400);
+        expect((await post(new URLSearchParams({ client_id: clientId, client_secret: clientSecret }).toString(), "application/x-www-form-urlencoded")).status).toBe(400);
+        expect((await post(new URLSearchParams({ grant_type: "client_credentials", client_id: clientId, client_secret: `${clientSecret}x` }).toString(), "application/x-www-form-urlencoded")).status).toBe(401);
+        const ok = await post(new URLSearchParams({ grant_type: "client_credentials", client_id: clientId, client_secret: clientSecret }).toString(), "application/x-www-form-urlencoded");
+        expect(await ok.json()).toMatchObject({ token_type: "Bearer", expires_in: 3600, access_token: expect.stringMatching(/^tskey-api-/) });
+    });
+
+    it("answers 401 without a valid bearer token, and HuJSON unless JSON is asked for", async () => {
+        const acl = `${ts.url}/api/v2/tailnet/-/acl`;
+        expect((await fetch(acl)).status).toBe(401);
+        expect((await fetch(acl, { headers: { Authorization: `Bearer ${ts.apiKey}x` } })).status).toBe(401);
+        const hujson = await fetch(acl, { headers: { Authorization: `Bearer ${ts.apiKey}` } });
+        expect(hujson.headers.get("content-type")).toBe("application/hujson");
+        const text = await hujson.text();
+        expect(() => JSON.parse(text)).toThrow();
     });
 });
