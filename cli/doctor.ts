@@ -16,6 +16,10 @@ export interface DoctorCheck {
     /** required: a deployment cannot work without it; optional: only some stacks need it. */
     required: boolean;
     detail: string;
+    /** Each thing a live check found missing or wrong, one line each. */
+    findings?: string[];
+    /** Not run (its credentials or its stack are not here, or the stack does not need it): never a failure. */
+    skipped?: boolean;
     fix?: string;
 }
 
@@ -26,15 +30,25 @@ function tool(cmd: string, args: string[], env: Env): { ok: boolean; out: string
     return { ok: result.status === 0, out: `${result.stdout ?? ""}${result.stderr ?? ""}`.trim() };
 }
 
+/** The stack file's `config`, every provider's keys included (secrets stay encrypted). */
+function stackConfigValues(stackFile: string | undefined): Record<string, unknown> {
+    if (!stackFile || !fs.existsSync(stackFile)) return {};
+    return (YAML.parse(fs.readFileSync(stackFile, "utf8")) as { config?: Record<string, unknown> })?.config ?? {};
+}
+
 /** Which config keys the stack file holds, and whether each is a secret (values are not read). */
 function stackKeys(stackFile: string | undefined): Map<string, "secret" | "plain"> {
     const keys = new Map<string, "secret" | "plain">();
-    if (!stackFile || !fs.existsSync(stackFile)) return keys;
-    const config = (YAML.parse(fs.readFileSync(stackFile, "utf8")) as { config?: Record<string, unknown> })?.config ?? {};
-    for (const [key, value] of Object.entries(config)) {
+    for (const [key, value] of Object.entries(stackConfigValues(stackFile))) {
         keys.set(key, value !== null && typeof value === "object" && "secure" in (value as object) ? "secret" : "plain");
     }
     return keys;
+}
+
+/** A key's value when the stack holds it in clear (a secret's is never read). */
+export function plainStackValue(stackFile: string | undefined, key: string): string | undefined {
+    const value = stackConfigValues(stackFile)[key];
+    return typeof value === "string" ? value : undefined;
 }
 
 /** The oldest Pulumi CLI airlock supports: the @pulumi/pulumi it pins (package.json). */

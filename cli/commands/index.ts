@@ -15,5 +15,5 @@ export const COMMANDS: Record<string, [summary: string, load: () => Promise<Comm
     egress: ["learn the DNS allowlist from what the agent really resolved: a diff of the stack file to review, never applied", () => import("./egress")],
     secrets: ["the agent runtime's secrets on the gateway: push (from Pulumi or --stdin JSON, restarts the runtime) or status; names only, never values", () => import("./secrets")],
     twin: ["the stack's gateway and sandbox as local QEMU guests from their rendered cloud-init, with stand-ins for Hetzner, Tailscale and the registries: up, status, exec, agent, replace, firewall, down", () => import("./twin")],
-    doctor: ["check this machine for a real deployment: pulumi, backend, credentials, ssh (never prints a secret)", () => import("./doctor")],
+    doctor: ["check this machine for a real deployment: pulumi, backend, credentials, ssh; with credentials exported, the B2 key's capabilities and the tailnet policy (never prints a secret)", () => import("./doctor")],
 };

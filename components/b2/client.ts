@@ -44,18 +44,45 @@ export interface ApplicationKey {
     namePrefix: string | null;
 }
 
+/**
+ * What a key may do and where, as b2_authorize_account (v3) answers it in
+ * apiInfo.storageApi (https://www.backblaze.com/apidocs/b2-authorize-account):
+ * bucketId/bucketName/namePrefix are null for a key that is not restricted.
+ */
+export interface KeyAllowance {
+    capabilities: string[];
+    bucketId: string | null;
+    bucketName: string | null;
+    namePrefix: string | null;
+}
+
+interface Session {
+    accountId: string;
+    token: string;
+    apiUrl: string;
+    downloadUrl: string;
+    allowed: KeyAllowance;
+}
+
 const DEFAULT_AUTH_URL = "https://api.backblazeb2.com";
 
 export class B2Client {
-    private session?: { accountId: string; token: string; apiUrl: string; downloadUrl: string };
+    private session?: Session;
 
     constructor(private readonly credentials: B2Credentials, private readonly retry = { attempts: 5, baseMs: 500 }) {}
 
-    private async authorize(): Promise<{ accountId: string; token: string; apiUrl: string; downloadUrl: string }> {
+    private async authorize(): Promise<Session> {
         if (this.session) return this.session;
         const basic = Buffer.from(`${this.credentials.applicationKeyId}:${this.credentials.applicationKey}`).toString("base64");
         const body = await this.request("b2_authorize_account", `${this.credentials.authUrl ?? DEFAULT_AUTH_URL}/b2api/v3/b2_authorize_account`, { method: "GET", headers: { Authorization: `Basic ${basic}` } });
-        this.session = { accountId: body.accountId, token: body.authorizationToken, apiUrl: body.apiInfo.storageApi.apiUrl, downloadUrl: body.apiInfo.storageApi.downloadUrl };
+        const storage = body.apiInfo.storageApi;
+        this.session = {
+            accountId: body.accountId,
+            token: body.authorizationToken,
+            apiUrl: storage.apiUrl,
+            downloadUrl: storage.downloadUrl,
+            allowed: { capabilities: storage.capabilities ?? [], bucketId: storage.bucketId ?? null, bucketName: storage.bucketName ?? null, namePrefix: storage.namePrefix ?? null },
+        };
         return this.session;
     }
 
@@ -73,7 +100,7 @@ export class B2Client {
         }
     }
 
-    private post(name: string, session: { token: string; apiUrl: string }, payload: Record<string, unknown>) {
+    private post(name: string, session: Session, payload: Record<string, unknown>) {
         return this.request(name, `${session.apiUrl}/b2api/v3/${name}`, {
             method: "POST",
             headers: { Authorization: session.token, "Content-Type": "application/json" },
@@ -100,6 +127,11 @@ export class B2Client {
             const wait = Number.isFinite(retryAfter) && retryAfter > 0 ? retryAfter * 1000 : this.retry.baseMs * 2 ** (attempt - 1);
             await new Promise((resolve) => setTimeout(resolve, wait));
         }
+    }
+
+    /** The key's own capabilities and restrictions (b2_authorize_account; no other call). */
+    async allowed(): Promise<KeyAllowance> {
+        return (await this.authorize()).allowed;
     }
 
     async accountId(): Promise<string> {

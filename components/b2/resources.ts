@@ -14,7 +14,7 @@ function client(): B2Client {
     const applicationKeyId = process.env.B2_APPLICATION_KEY_ID;
     const applicationKey = process.env.B2_APPLICATION_KEY;
     if (!applicationKeyId || !applicationKey) {
-        throw new Error("B2 credentials missing: export B2_APPLICATION_KEY_ID and B2_APPLICATION_KEY (an operator key with writeBuckets and writeKeys)");
+        throw new Error("B2 credentials missing: export B2_APPLICATION_KEY_ID and B2_APPLICATION_KEY (the operator key; airlock doctor checks its capabilities)");
     }
     return new B2Client({ applicationKeyId, applicationKey, authUrl: process.env.B2_AUTH_URL });
 }

@@ -1,4 +1,4 @@
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import * as path from "node:path";
 import { REPO } from "./stacks";
 
@@ -21,4 +21,17 @@ export function airlock(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?
         timeout: options.timeout ?? 120_000,
     });
     return { status: result.status, stdout: result.stdout, stderr: result.stderr };
+}
+
+/** The same, without blocking this process: for a CLI that calls a stand-in served from the test itself. */
+export function airlockAsync(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string } = {}): Promise<CliResult> {
+    return new Promise((resolve, reject) => {
+        const child = spawn(process.execPath, [AIRLOCK_BIN, ...args], { cwd: options.cwd ?? REPO, env: options.env ?? process.env });
+        let stdout = "";
+        let stderr = "";
+        child.stdout.on("data", (chunk) => (stdout += chunk));
+        child.stderr.on("data", (chunk) => (stderr += chunk));
+        child.on("error", reject);
+        child.on("close", (status) => resolve({ status, stdout, stderr }));
+    });
 }

@@ -134,7 +134,11 @@ export async function startFakeB2(): Promise<FakeB2> {
                 const token = id("tok");
                 tokens.set(token, key);
                 const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-                return send(200, { accountId, authorizationToken: token, apiInfo: { storageApi: { apiUrl: base, downloadUrl: base, capabilities: key.capabilities, bucketId: key.bucketId } } });
+                // b2_authorize_account v3 (https://www.backblaze.com/apidocs/b2-authorize-account): what the key may do
+                // is in apiInfo.storageApi - capabilities, and bucketId, bucketName (null when that bucket is gone) and
+                // namePrefix, each null for a key that is not restricted.
+                const allowed = { capabilities: key.capabilities, bucketId: key.bucketId, bucketName: key.bucketId ? (buckets.get(key.bucketId)?.bucketName ?? null) : null, namePrefix: key.namePrefix };
+                return send(200, { accountId, authorizationToken: token, apiInfo: { storageApi: { apiUrl: base, downloadUrl: base, ...allowed } } });
             }
             if (failures.count > 0) {
                 failures.count--;
