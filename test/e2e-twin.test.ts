@@ -390,6 +390,22 @@ describe.runIf(canRun)("the twin", () => {
         asAgent("rm -f /workspace/.bashrc /workspace/.profile /workspace/.bash_profile /workspace/.bash_login /workspace/.bash_logout /workspace/.envrc /workspace/ls");
     }, 10 * MINUTE);
 
+    it("a DHCP renewal leaves /etc/resolv.conf as it was on both hosts: the sandbox keeps the gateway's resolver", async () => {
+        const acks = (role: "gateway" | "sandbox") =>
+            fs.readFileSync(path.join(runDirOf(STACK), "dnsmasq.log"), "utf8").split("\n").filter((line) => line.includes(`DHCPACK`) && line.includes(GUESTS[role].mac)).length;
+        const resolvConf = (role: "gateway" | "sandbox") => asRoot(role, "sha256sum /etc/resolv.conf; grep '^nameserver' /etc/resolv.conf").stdout;
+        const before = { gateway: resolvConf("gateway"), sandbox: resolvConf("sandbox") };
+        const acked = { gateway: acks("gateway"), sandbox: acks("sandbox") };
+        // A lease is 2 minutes (twin/network/dnsmasq.conf): each client renews within about one.
+        const deadline = Date.now() + 4 * MINUTE;
+        while ((acks("gateway") <= acked.gateway || acks("sandbox") <= acked.sandbox) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10_000));
+        for (const role of ["gateway", "sandbox"] as const) {
+            expect(acks(role), `${role} renewed its lease`).toBeGreaterThan(acked[role]);
+            expect(resolvConf(role), role).toBe(before[role]);
+        }
+        expect(before.sandbox.split("\n")[1]).toBe(`nameserver ${tailnetIp("gateway")}`);
+    }, 6 * MINUTE);
+
     it("the checkpoint scenario of issue 12 through twin agent: files back byte for byte, git works again", () => {
         const first = crypto.randomBytes(2048).toString("base64");
         const second = crypto.randomBytes(4096).toString("hex");
