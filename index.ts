@@ -2,6 +2,7 @@ import * as pulumi from "@pulumi/pulumi";
 import { configFromPulumiRuntime, ConfigError } from "./components/config/load";
 import { existingBreakGlassKeyId } from "./components/breakGlassKey";
 import { Deployment } from "./components/deployment";
+import { joinGeneration } from "./components/joinGeneration";
 
 /**
  * The airlock program: stack config (validated by one zod schema) -> one Deployment.
@@ -17,7 +18,14 @@ export = async () => {
         if (err instanceof ConfigError) throw new pulumi.RunError(err.message);
         throw err;
     }
-    const deployment = new Deployment(config.prefix, { config, existingBreakGlassKeyId: await existingBreakGlassKeyId(config.breakGlassSshPublicKey, config.prefix) });
+    const deployment = new Deployment(config.prefix, {
+        config,
+        existingBreakGlassKeyId: await existingBreakGlassKeyId(config.breakGlassSshPublicKey, config.prefix),
+        joinGenerations: {
+            gateway: await joinGeneration(config.prefix, "gateway", config.hostnames.gateway),
+            sandbox: await joinGeneration(config.prefix, "sandbox", config.hostnames.sandbox),
+        },
+    });
     return {
         gatewayHostname: deployment.gateway.hostname,
         sandboxHostname: deployment.sandbox.hostname,

@@ -94,6 +94,8 @@ export function changesBetween(before: PlannedResource[], after: PlannedResource
         let result: Change | undefined;
         if (!was) {
             result = change("create");
+        } else if (triggerChanged(was, r)) {
+            result = change(was.options.protect || r.options.protect ? "refused" : "replace", ["replacementTrigger"]);
         } else {
             const differing = differingInputs(was, r, renderedBefore, renderedAfter, renewed);
             const ignoredKeys = new Set(r.options.ignoreChanges ?? []);
@@ -110,6 +112,27 @@ export function changesBetween(before: PlannedResource[], after: PlannedResource
         }
         decided.set(r.urn, result);
         return result;
+    };
+    /** Whether a server is created anew by what else than one of its inputs' sources (a join key) changes. */
+    const replacedWithout = (server: PlannedResource, source: string): boolean => {
+        const was = old.get(server.urn);
+        if (!was) return true;
+        const ignoredKeys = new Set(server.options.ignoreChanges ?? []);
+        const forceNew = new Set([...replacedBy(server), ...(server.options.replaceOnChanges ?? [])]);
+        const others = (urns: string[] = []) => renewed(urns.filter((urn) => urn !== source));
+        return differingInputs(was, server, renderedBefore, renderedAfter, others).some((k) => !ignoredKeys.has(k) && forceNew.has(k));
+    };
+    /**
+     * A changed replacementTrigger replaces (Pulumi's resource option). One unknown until
+     * deploy is the kit's join key trigger: what creates the server it joins anew, so it
+     * changes when that server is replaced for any reason but the key itself.
+     */
+    const triggerChanged = (was: PlannedResource, r: PlannedResource): boolean => {
+        const a = was.options.replacementTrigger;
+        const b = r.options.replacementTrigger;
+        if (!hasUnknown(a) && !hasUnknown(b)) return JSON.stringify(a) !== JSON.stringify(b);
+        const consumer = after.find((s) => s.propertyDependencies.userData?.includes(r.urn));
+        return consumer ? replacedWithout(consumer, r.urn) : JSON.stringify(a) !== JSON.stringify(b);
     };
     const changes = after.map(decide).filter((c): c is Change => c !== undefined);
     for (const r of before) {

@@ -37,6 +37,8 @@ export interface ResourceOptionsPlanned {
     deleteBeforeReplace?: boolean;
     ignoreChanges?: string[];
     replaceOnChanges?: string[];
+    /** A value the engine compares with the recorded one: a different one replaces the resource. */
+    replacementTrigger?: unknown;
 }
 
 export interface StackPlan {
@@ -135,6 +137,8 @@ function offlineCall(token: string, inputs: Record<string, unknown>): Record<str
     if (token === "docker:index/getRegistryImage:getRegistryImage") return { ...inputs, id: String(inputs.name), sha256Digest: OFFLINE_DIGEST };
     // The project's SSH keys are unknown offline: the plan shows the break-glass key as created.
     if (token === "hcloud:index/getSshKeys:getSshKeys") return { sshKeys: [] };
+    // Nor its servers: the plan shows each host as new (its join key generation a preview's).
+    if (token === "hcloud:index/getServers:getServers") return { servers: [] };
     throw new Error(`the offline plan cannot answer ${token}`);
 }
 
@@ -180,6 +184,7 @@ interface RegisterRequest {
     getDeletebeforereplace(): boolean;
     getIgnorechangesList(): string[];
     getReplaceonchangesList(): string[];
+    getReplacementTrigger(): { toJavaScript(): unknown } | undefined;
     getPropertydependenciesMap(): { forEach(cb: (value: { getUrnsList(): string[] }, key: string) => void): void };
 }
 
@@ -196,12 +201,14 @@ function propertyDependenciesOf(req: RegisterRequest): Record<string, string[]> 
 function optionsOf(req: RegisterRequest): ResourceOptionsPlanned {
     const ignoreChanges = req.getIgnorechangesList();
     const replaceOnChanges = req.getReplaceonchangesList();
+    const replacementTrigger = req.getReplacementTrigger()?.toJavaScript();
     return {
         ...(req.getProtect() ? { protect: true } : {}),
         ...(req.getRetainondelete() ? { retainOnDelete: true } : {}),
         ...(req.getDeletebeforereplace() ? { deleteBeforeReplace: true } : {}),
         ...(ignoreChanges.length > 0 ? { ignoreChanges } : {}),
         ...(replaceOnChanges.length > 0 ? { replaceOnChanges } : {}),
+        ...(replacementTrigger !== undefined && replacementTrigger !== null ? { replacementTrigger: asPreviewValue(replacementTrigger) } : {}),
     };
 }
 

@@ -2,6 +2,7 @@ import * as hcloud from "@pulumi/hcloud";
 import * as pulumi from "@pulumi/pulumi";
 import * as tls from "@pulumi/tls";
 import type { StackConfig } from "./config/schema";
+import type { HostRole } from "./render/hosts";
 import { GatewayHost } from "./gatewayHost";
 import { HostBundle } from "./hostBundle";
 import { renderBundle } from "./render/bundle";
@@ -14,6 +15,8 @@ export interface DeploymentArgs {
     config: StackConfig;
     /** The id of the project's key with the break-glass public key, when another stack or the console made it (existingBreakGlassKeyId). */
     existingBreakGlassKeyId?: string;
+    /** Each host's join key generation (joinGeneration): its server's label, or a new one when it has no server. */
+    joinGenerations: Record<HostRole, string>;
 }
 
 /** One airlock environment: a gateway and a sandbox on a private tailnet. */
@@ -81,7 +84,7 @@ export class Deployment extends pulumi.ComponentResource {
         };
         this.gateway = new GatewayHost(
             `${name}-gateway`,
-            { ...common, server: cfg.gateway, tailnetTag: cfg.tailnet.gatewayTag, sandboxHostKey: { publicKey: sandboxHostKey.publicKeyOpenssh } },
+            { ...common, server: cfg.gateway, tailnetTag: cfg.tailnet.gatewayTag, joinGeneration: args.joinGenerations.gateway, sandboxHostKey: { publicKey: sandboxHostKey.publicKeyOpenssh } },
             { parent: this },
         );
         this.sandbox = new SandboxHost(
@@ -90,6 +93,7 @@ export class Deployment extends pulumi.ComponentResource {
                 ...common,
                 server: cfg.sandbox,
                 tailnetTag: cfg.tailnet.sandboxTag,
+                joinGeneration: args.joinGenerations.sandbox,
                 builtSandboxShell: this.workloads.builtSandboxShell,
                 sandboxHostKey: { publicKey: sandboxHostKey.publicKeyOpenssh, privateKey: sandboxHostKey.privateKeyOpenssh },
                 workspaceVolumeGb: cfg.sandbox.workspaceVolumeGb,

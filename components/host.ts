@@ -6,6 +6,8 @@ import { HostRole, RenderedHost, withBuiltImage, withSandboxHostKey, withTailnet
 import { withBundleUrl } from "./render/bundle";
 import { encodeUserData } from "../policies/engine/userData";
 import { BUILT_SANDBOX_SHELL_PLACEHOLDER } from "./workloads/compose";
+import { JOIN_GENERATION_LABEL } from "./joinGeneration";
+import { createHash } from "node:crypto";
 import type { Tailnet } from "./tailnet";
 
 /** What a host needs from the stack config, whichever role it plays. */
@@ -36,6 +38,8 @@ export interface HostArgs {
     builtSandboxShell?: pulumi.Output<string>;
     /** Where the host downloads the host code bundle its user_data names (HostBundle). */
     bundleUrl: pulumi.Output<string>;
+    /** The host's join key generation (joinGeneration): a new one replaces its join key. */
+    joinGeneration: string;
     /** The sandbox's ssh host key: the sandbox gets the pair, the gateway pins the public half. */
     sandboxHostKey: { publicKey: pulumi.Output<string>; privateKey?: pulumi.Output<string> };
 }
@@ -85,9 +89,25 @@ export function provisionHost(
         { parent },
     );
 
+    // What the host's server is created from, but its join key: a single-use key is good for
+    // one server, so whatever creates a server anew creates its key anew (its trigger). The
+    // sandbox is replaced when its document or a deploy-time value in it changes; the gateway
+    // only when it has no server (a new generation), since it reads all of it once.
+    const serverInputs = pulumi
+        .all([rendered, args.builtSandboxShell ?? "", args.sandboxHostKey.publicKey, args.bundleUrl])
+        .apply(([host, built, hostPublicKey, bundleUrl]) =>
+            createHash("sha256")
+                .update(JSON.stringify([host.cloudInit, built, hostPublicKey, bundleUrl, args.server.image, args.server.location, hostname]))
+                .digest("hex"),
+        );
     const joinKey = args.tailnet.joinKey(
         `${name}-join-key`,
-        { tag: args.tailnetTag, ephemeral: role === "sandbox", description: `airlock ${hostname}` },
+        {
+            tag: args.tailnetTag,
+            ephemeral: role === "sandbox",
+            description: `airlock ${hostname}`,
+            replacementTrigger: role === "sandbox" ? pulumi.interpolate`${args.joinGeneration}:${serverInputs}` : args.joinGeneration,
+        },
         parent,
     );
 
@@ -113,7 +133,7 @@ export function provisionHost(
             serverType: args.server.serverType,
             image: args.server.image,
             location: args.server.location,
-            labels,
+            labels: { ...labels, [JOIN_GENERATION_LABEL]: args.joinGeneration },
             firewallIds: [firewall.id.apply(Number)],
             // An SSH key also stops Hetzner from e-mailing a root password.
             sshKeys: [args.breakGlassSshKeyId],
@@ -126,10 +146,17 @@ export function provisionHost(
         // Its SSH keys are read once, at creation (the break-glass way in is the rescue
         // system, which takes its keys when enabled): a key that changes since, or moves
         // to another stack's copy, never replaces the server. The gateway is a pet (it
-        // holds the agent's state, keys and record copies): its user_data is read once
-        // too, so a changed template or image never replaces it; replacing it is the
-        // operator's explicit act (README "Day two").
-        { parent, deleteBeforeReplace: true, protect: args.server.protect, ignoreChanges: role === "gateway" ? ["sshKeys", "userData"] : ["sshKeys"] },
+        // holds the agent's state, keys and record copies): its user_data is read once,
+        // and so are its image and location, because Pulumi creates a replacement from
+        // the ignored inputs' recorded values (the old document, its used join key). A
+        // changed template, image or setting never replaces it; rebuilding it is the
+        // operator's explicit act (docs/day-two.md), which creates it from the current one.
+        {
+            parent,
+            deleteBeforeReplace: true,
+            protect: args.server.protect,
+            ignoreChanges: role === "gateway" ? ["sshKeys", "userData", "image", "location"] : ["sshKeys"],
+        },
     );
 
     return { firewall, joinKey, server };

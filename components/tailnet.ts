@@ -24,6 +24,8 @@ export interface HostKeyArgs {
     /** Ephemeral nodes vanish from the tailnet when the server goes away (cattle). */
     ephemeral: boolean;
     description: string;
+    /** A new value replaces the key: what creates its server anew (Pulumi's replacementTrigger). */
+    replacementTrigger: pulumi.Input<string>;
 }
 
 /** The private network: its policy, and the join keys for each host. */
@@ -54,8 +56,8 @@ export class Tailnet extends pulumi.ComponentResource {
 
     /**
      * A join key for one host: single-use, pre-authorized, tagged, short-lived. A used
-     * key is not recreated (that would change user_data and replace the server); to
-     * rebuild a host, replace its key together with its server.
+     * key is not recreated when it turns invalid (that would change user_data and
+     * replace the server); it is replaced with its server, by its trigger.
      */
     joinKey(name: string, args: HostKeyArgs, parent: pulumi.Resource): tailscale.TailnetKey {
         return new tailscale.TailnetKey(
@@ -70,7 +72,7 @@ export class Tailnet extends pulumi.ComponentResource {
                 description: args.description,
             },
             // Tagged keys need the tags' owners in the policy first.
-            { parent, dependsOn: this.acl ? [this.acl] : [] },
+            { parent, dependsOn: this.acl ? [this.acl] : [], replacementTrigger: args.replacementTrigger },
         );
     }
 }

@@ -4,9 +4,10 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
 import { Change, changesBetween, formatChanges, readPlannedResources } from "../cli/changes";
-import { planStack, StackPlan } from "../cli/offline";
+import { planStack, StackPlan, UNKNOWN } from "../cli/offline";
 import { previewText } from "../cli/plan";
 import { editedStack, REPO, stackFile, tempDir } from "./helpers/stacks";
+import { PROJECT } from "../components/config/load";
 import { run } from "./helpers/tools";
 
 /**
@@ -25,11 +26,11 @@ interface Setting {
 const SETTINGS: Setting[] = [
     { setting: "`gateway.serverType` (cx23 → cx33)", stack: "dev", edit: (c) => (c["airlock:gateway"].serverType = "cx33") },
     { setting: "`gateway.location`", stack: "dev", edit: (c) => (c["airlock:gateway"].location = "fsn1") },
-    { setting: "`gateway.location` in prod (`protect: true`)", stack: "prod", edit: (c) => (c["airlock:gateway"].location = "nbg1") },
     { setting: "`gateway.image` (debian-12 → debian-13)", stack: "dev", edit: (c) => (c["airlock:gateway"].image = "debian-13") },
     { setting: "`gateway.agent.image`", stack: "dev", edit: (c) => (c["airlock:gateway"].agent.image = "nousresearch/hermes-agent:v2026.8.1") },
     { setting: "`sandbox.serverType` (cx23 → cx33)", stack: "dev", edit: (c) => (c["airlock:sandbox"].serverType = "cx33") },
     { setting: "`sandbox.location`", stack: "dev", edit: (c) => (c["airlock:sandbox"].location = "fsn1") },
+    { setting: "`sandbox.location` in prod (its workspace `protect: true`)", stack: "prod", edit: (c) => (c["airlock:sandbox"].location = "nbg1") },
     { setting: "`sandbox.workspaceVolumeGb` (10 → 20)", stack: "dev", edit: (c) => (c["airlock:sandbox"].workspaceVolumeGb = 20) },
     { setting: "`sandbox.checkpoints.keep`", stack: "dev", edit: (c) => (c["airlock:sandbox"].checkpoints = { keep: 30 }) },
     { setting: "`agent.envAllowlist`", stack: "dev", edit: (c) => c["airlock:agent"].envAllowlist.push("TASK_ID") },
@@ -90,7 +91,17 @@ describe("day two: what a change does on the next up", () => {
             expect(of(setting).sandbox.map((c) => c.action), setting).toEqual(["replace"]);
         }
         expect(of("`gateway.serverType`").gateway.map((c) => c.action)).toEqual(["update"]);
-        expect(of("`gateway.location` in prod").gateway.map((c) => c.action)).toEqual(["refused"]);
+        // Pulumi would create a replacement from the ignored user_data's recorded value (the old
+        // document and its used join key): the gateway ignores what would replace it.
+        expect(of("`gateway.location`").gateway.map((c) => [c.action, c.ignored])).toEqual([["kept", ["location"]]]);
+        expect(of("`gateway.image`").gateway.map((c) => [c.action, c.ignored])).toEqual([["kept", ["image"]]]);
+        expect(of("`sandbox.location` in prod").rest.filter((c) => c.name.endsWith("-workspace")).map((c) => c.action)).toEqual(["refused"]);
+        // A single-use key is good for one server: what replaces the sandbox replaces its key, nothing else does.
+        for (const { setting } of SETTINGS) {
+            const { sandbox, rest } = verdicts.get(setting)!;
+            const key = rest.find((c) => c.name.endsWith("-sandbox-join-key"));
+            expect(key?.action === "replace", setting).toBe(sandbox.some((c) => c.action === "replace"));
+        }
         expect(of("`sandbox.workspaceVolumeGb`").rest.map((c) => [c.name, c.action])).toEqual([["airlock-dev-sandbox-workspace", "update"]]);
         expect(of("`backup.retentionDays`").rest.every((c) => c.action === "update")).toBe(true);
         // A rotated break-glass key re-targets no backup bucket and replaces no server.
@@ -113,6 +124,20 @@ describe("day two: what a change does on the next up", () => {
         const updated = `${doc.slice(0, at)}${table}${doc.slice(end + END.length)}`;
         if (process.env.AIRLOCK_WRITE_DOCS === "1") fs.writeFileSync(DOC, updated);
         expect(doc, "docs/day-two.md's table is stale: run this test with AIRLOCK_WRITE_DOCS=1").toBe(updated);
+    });
+
+    it("docs/day-two.md rebuilds the gateway by destroying the server the plan has, so the next up creates it and its key anew", async () => {
+        const plan = await base("dev");
+        const server = plan.resources.find((r) => r.name === "airlock-dev-gateway-server")!;
+        const urn = server.urn;
+        // As the engine qualifies it: every ancestor's type but the stack's (Pulumi's mock monitor keeps only the parent's).
+        const byUrn = new Map(plan.resources.map((r) => [r.urn, r]));
+        const types: string[] = [];
+        for (let r: typeof server | undefined = server; r && r.type !== "pulumi:pulumi:Stack"; r = r.parent ? byUrn.get(r.parent) : undefined) types.unshift(r.type);
+        expect(types).toEqual(["airlock:index:Deployment", "airlock:index:GatewayHost", "hcloud:index/server:Server"]);
+        expect(fs.readFileSync(DOC, "utf8")).toContain(`pulumi destroy --target 'urn:pulumi:<stack>::${PROJECT}::${types.join("$")}::<prefix>-gateway-server'`);
+        // Nothing else is built from the server: destroying it alone leaves the stack whole.
+        expect(plan.resources.filter((r) => Object.values(r.propertyDependencies).some((urns) => urns.includes(urn))).map((r) => r.name)).toEqual([]);
     });
 
     it("pulumi destroy keeps the backup buckets and the workspace volume, and revokes the keys, unless deleteDataOnDestroy", async () => {
@@ -157,7 +182,10 @@ describe("day two: what a change does on the next up", () => {
         const read = readPlannedResources(path.join(dir, "preview.json"));
         expect(read.map((r) => [r.urn, r.options])).toEqual(plan.resources.map((r) => [r.urn, r.options]));
         const gateway = read.find((r) => r.name === "airlock-prod-gateway-server")!;
-        expect(gateway.options).toMatchObject({ protect: true, deleteBeforeReplace: true, ignoreChanges: ["sshKeys", "userData"] });
+        expect(gateway.options).toMatchObject({ protect: true, deleteBeforeReplace: true, ignoreChanges: ["sshKeys", "userData", "image", "location"] });
+        // Each join key's trigger: the gateway's generation; the sandbox's unknown until its host key exists.
+        expect(read.find((r) => r.name === "airlock-prod-gateway-join-key")!.options.replacementTrigger).toBe("preview");
+        expect(read.find((r) => r.name === "airlock-prod-sandbox-join-key")!.options.replacementTrigger).toBe(UNKNOWN);
         expect(read.find((r) => r.name === "airlock-prod-sandbox-server")!.options.ignoreChanges).toEqual(["sshKeys"]);
         expect(formatChanges(changesBetween(read, plan.resources), "x")).toBe("changes against x: none\n");
         // A step that only deletes carries its old state (as in `pulumi preview --json`): read as it was.
