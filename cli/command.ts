@@ -12,8 +12,10 @@ export const EXIT = { clean: 0, violations: 1, badInput: 2, internal: 3 } as con
 
 /** The global options, given to every command. */
 export interface Cli {
-    /** Folder holding Pulumi.<stack>.yaml files (--stacks-dir). */
+    /** Folder holding Pulumi.<stack>.yaml files (--stacks-dir, else the project's stacks/). */
     stacksDir: string;
+    /** Where a stack's plan goes unless --out says: the project's out/<stack> (the working directory's out/ outside one). */
+    outDir(stack: string): string;
     /** The policy file (--policy), or undefined for the shipped policies/config.json. */
     policyFile?: string;
 }

@@ -8,6 +8,7 @@ import type { Finding } from "../policies/engine/finding";
 import { failing, loadPolicy } from "../policies/policy";
 import { gatePlan } from "./gate";
 import { planStack, stackFilePath } from "./offline";
+import { existingStackFile } from "./stacks";
 
 /**
  * A new stack for a customer, derived from an existing one: everything that must
@@ -52,7 +53,7 @@ export async function forkStack(options: ForkOptions): Promise<ForkResult> {
     if (region !== undefined && !(LOCATIONS as readonly string[]).includes(region)) {
         throw new ConfigError([`airlock fork: --region ${region}: expected one of ${LOCATIONS.join(", ")}`]);
     }
-    const sourceFile = stackFilePath(stacksDir, from);
+    const sourceFile = existingStackFile(stacksDir, from);
     readStackFile(sourceFile); // the source must itself be valid
     const target = stackFilePath(stacksDir, customer);
 

@@ -3,7 +3,8 @@ import * as path from "node:path";
 import type { Finding } from "../policies/engine/finding";
 import { judgeResources, judgeStackFile } from "../policies/engine/judge";
 import { enforce, loadPolicy, Policy } from "../policies/policy";
-import { planStack, StackPlan, stackFilePath } from "./offline";
+import { planStack, StackPlan } from "./offline";
+import { existingStackFile } from "./stacks";
 import { locateInPlan } from "./plan";
 
 /** A plan judged against the one policy (the stack's own values are what is judged, never the yardstick). */
@@ -12,8 +13,8 @@ export function gatePlan(plan: StackPlan, policy: Policy = loadPolicy()): Findin
     return enforce([...stackFile, ...judgeResources(plan.resources, policy.context)], policy);
 }
 
-/** A stack's offline plan gated; findings are located in the files `airlock plan` would write to out/<stack>/. */
-export async function gateStack(stacksDir: string, stack: string, policy: Policy = loadPolicy()): Promise<{ stack: string; findings: Finding[] }> {
-    const plan = await planStack(stackFilePath(stacksDir, stack), stack);
-    return { stack, findings: locateInPlan(gatePlan(plan, policy), plan, path.join("out", stack)) };
+/** A stack's offline plan gated; findings are located in the files `airlock plan` would write to `outDir` (out/<stack>/). */
+export async function gateStack(stacksDir: string, stack: string, policy: Policy = loadPolicy(), outDir = path.join("out", stack)): Promise<{ stack: string; findings: Finding[] }> {
+    const plan = await planStack(existingStackFile(stacksDir, stack), stack);
+    return { stack, findings: locateInPlan(gatePlan(plan, policy), plan, outDir) };
 }

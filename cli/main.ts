@@ -1,7 +1,10 @@
+import * as path from "node:path";
 import { Command, CommanderError } from "commander";
 import { ConfigError } from "../policies/contract";
 import { Cli, EXIT } from "./command";
 import { COMMANDS } from "./commands";
+import { inProject, projectRoot } from "./project";
+import { packageVersion } from "./report";
 
 /**
  * `airlock <command>`: the global options, then the one command asked for. Only
@@ -10,7 +13,8 @@ import { COMMANDS } from "./commands";
 const program = new Command()
     .name("airlock")
     .description("Plan, check and gate airlock stacks offline")
-    .option("--stacks-dir <dir>", "folder holding Pulumi.<stack>.yaml files", "stacks")
+    .version(packageVersion(), "-V, --version", "print airlock's version")
+    .option("--stacks-dir <dir>", "folder holding Pulumi.<stack>.yaml files (default: the project's stacks/, found from any of its folders)")
     .option("--policy <file>", "the policy: enforcement levels and what rules compare against (default: the shipped policies/config.json)")
     .exitOverride()
     .configureOutput({ writeErr: (text) => process.stderr.write(text) });
@@ -26,6 +30,22 @@ function commandName(argv: string[]): string | undefined {
         if (option && (option.required || option.optional) && !arg.includes("=")) i++;
     }
     return undefined;
+}
+
+/**
+ * Bad input: its lines on stderr, and, when the command was asked for JSON or SARIF,
+ * the same lines as that document on stdout, so a script reading it never gets nothing.
+ */
+function reportBadInput(err: ConfigError, args: string[]): void {
+    process.stderr.write(`${err.message}\n`);
+    const at = args.findIndex((a) => a === "--format" || a.startsWith("--format="));
+    const format = args.includes("--json") ? "json" : at < 0 ? "text" : args[at].includes("=") ? args[at].split("=")[1] : args[at + 1];
+    if (format === "json") process.stdout.write(`${JSON.stringify({ errors: err.problems, violations: 0, findings: [] }, null, 2)}\n`);
+    if (format === "sarif") {
+        const { toSarif } = require("./sarif") as typeof import("./sarif");
+        const { loadPolicy } = require("../policies/policy") as typeof import("../policies/policy");
+        process.stdout.write(`${JSON.stringify(toSarif([], loadPolicy(), packageVersion(), err.problems), null, 2)}\n`);
+    }
 }
 
 function internalError(err: unknown): number {
@@ -52,14 +72,16 @@ async function main(argv: string[]): Promise<number> {
         for (const [name, [summary, load]] of Object.entries(COMMANDS)) {
             const command = program.command(name).description(summary);
             if (name !== wanted) continue;
-            const action = (await load()).define(command, {
+            const cli: Cli = {
                 get stacksDir() {
-                    return program.opts<Cli>().stacksDir;
+                    return program.opts<{ stacksDir?: string }>().stacksDir ?? inProject("--stacks-dir DIR", "stacks");
                 },
+                outDir: (stack: string) => (projectRoot() ? inProject("--out DIR", "out", stack) : path.join("out", stack)),
                 get policyFile() {
                     return program.opts<{ policy?: string }>().policy;
                 },
-            });
+            };
+            const action = (await load()).define(command, cli);
             command.action(async (...args: unknown[]) => {
                 exitCode = await action(...args);
             });
@@ -69,7 +91,7 @@ async function main(argv: string[]): Promise<number> {
     } catch (err) {
         if (err instanceof CommanderError) return err.exitCode === 0 ? EXIT.clean : EXIT.badInput;
         if (err instanceof ConfigError) {
-            process.stderr.write(`${err.message}\n`);
+            reportBadInput(err, argv.slice(2));
             return EXIT.badInput;
         }
         return internalError(err);

@@ -137,16 +137,19 @@ function isReplaceable(dir: string): boolean {
  * Creates `dir` and its missing parents one level at a time (Node's recursive mkdir
  * never returns on some pseudo-filesystems, such as /proc).
  */
-function createDirectory(dir: string): void {
+/** Creates `dir` and its missing parents; returns the folders it created, outermost first. */
+function createDirectory(dir: string): string[] {
     const missing: string[] = [];
     for (let at = path.resolve(dir); !fs.existsSync(at); at = path.dirname(at)) missing.unshift(at);
     for (const level of missing) {
         try {
             fs.mkdirSync(level);
         } catch (err) {
+            removeCreated(missing.slice(0, missing.indexOf(level)));
             throw new ConfigError([`${dir}: cannot create ${level}: ${failure(err)}`]);
         }
     }
+    return missing;
 }
 
 /**
@@ -155,7 +158,7 @@ function createDirectory(dir: string): void {
  * else's folder is refused (exit 2), and a parent that cannot be created fails now.
  * Returns the existing folder's stats, if any.
  */
-export function usableOutDir(outDir: string): fs.Stats | undefined {
+export function usableOutDir(outDir: string): { existing?: fs.Stats; created: string[] } {
     let existing: fs.Stats | undefined;
     try {
         existing = fs.lstatSync(outDir);
@@ -167,8 +170,18 @@ export function usableOutDir(outDir: string): fs.Stats | undefined {
     if (existing && !isReplaceable(outDir)) {
         throw new ConfigError([`${outDir}: is not empty and is not an airlock plan output (no ${PLAN_MARKER}); refusing to replace it - pass a new or empty folder`]);
     }
-    createDirectory(path.dirname(path.resolve(outDir)));
-    return existing;
+    return { existing, created: createDirectory(path.dirname(path.resolve(outDir))) };
+}
+
+/** Removes the folders usableOutDir created, deepest first, each only while it is empty. */
+export function removeCreated(created: string[]): void {
+    for (const dir of [...created].reverse()) {
+        try {
+            fs.rmdirSync(dir);
+        } catch {
+            return; // not empty (or gone): what is above it stays too
+        }
+    }
 }
 
 /**
@@ -177,7 +190,7 @@ export function usableOutDir(outDir: string): fs.Stats | undefined {
  * deletes what it did not write: see usableOutDir.
  */
 export function writePlan(plan: StackPlan, outDir: string): string[] {
-    const existing = usableOutDir(outDir);
+    const { existing } = usableOutDir(outDir);
     const parent = path.dirname(path.resolve(outDir));
     let staging: string;
     try {

@@ -44,7 +44,7 @@ describe("the airlock command", () => {
 
     it("every command in cli/commands/index.ts loads and defines an action, and --help lists them all", async () => {
         for (const [name, [summary, load]] of Object.entries(COMMANDS)) {
-            const action = (await load()).define(new Command(name), { stacksDir: "stacks" });
+            const action = (await load()).define(new Command(name), { stacksDir: "stacks", outDir: (stack) => `out/${stack}` });
             expect(typeof action, name).toBe("function");
             expect(summary.length, name).toBeGreaterThan(20);
         }

@@ -228,6 +228,6 @@ describe("airlock plan and doctor on bad input", () => {
         const dir = tempDir("cli");
         const result = airlock(["--stacks-dir", dir, "plan", "--stack", "nope"]);
         expect(result.status).toBe(2);
-        expect(result.stderr.trim()).toBe(`${path.join(dir, "Pulumi.nope.yaml")}: cannot read: ENOENT`);
+        expect(result.stderr.trim()).toBe(`${path.join(dir, "Pulumi.nope.yaml")}: no such stack, and ${dir} holds none (Pulumi.<stack>.yaml)`);
     });
 });

@@ -24,6 +24,7 @@ const CAPTURE = path.join(REPO, "test/fixtures/adguard/dns-queries.log");
 function checkout(): string {
     const dir = tempDir("egress");
     fs.cpSync(path.join(REPO, "stacks"), path.join(dir, "stacks"), { recursive: true });
+    fs.copyFileSync(path.join(REPO, "Pulumi.yaml"), path.join(dir, "Pulumi.yaml"));
     return dir;
 }
 

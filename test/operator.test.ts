@@ -129,7 +129,7 @@ describe("airlock fork", () => {
     it.each([
         [["fork", "Acme", "--from", "dev"], /customer "Acme": expected 2-16 lower-case/],
         [["fork", "acme", "--from", "dev", "--region", "mars1"], /--region mars1: expected one of fsn1/],
-        [["fork", "acme", "--from", "nope"], /Pulumi\.nope\.yaml: cannot read: ENOENT/],
+        [["fork", "acme", "--from", "nope"], /Pulumi\.nope\.yaml: no such stack "nope"; the stacks in .* are dev, prod$/],
     ])("exits 2 on bad input: %j", (args, message) => {
         const result = airlock(["--stacks-dir", stacksCopy(), ...args]);
         expect(result.status).toBe(2);

@@ -56,6 +56,7 @@ const DEPLOYED = /(airlock -- secrets |^sudo airlock-|airlock -- twin )/;
  */
 function workspace(): string {
     const dir = tempDir("readme");
+    fs.copyFileSync(path.join(REPO, "Pulumi.yaml"), path.join(dir, "Pulumi.yaml"));
     fs.cpSync(STACKS_DIR, path.join(dir, "stacks"), { recursive: true });
     fs.cpSync(path.join(REPO, "test/fixtures"), path.join(dir, "test/fixtures"), { recursive: true });
     fs.writeFileSync(path.join(dir, "package.json"), JSON.stringify({ name: "readme-workspace", private: true, scripts: { airlock: `node ${AIRLOCK_BIN}`, plan: `node ${AIRLOCK_BIN} plan --stack dev` } }));

@@ -2,7 +2,8 @@ import type { Command } from "commander";
 import { evaluateChecklist, formatChecklist } from "../checklist";
 import { Cli, EXIT } from "../command";
 import { gatePlan } from "../gate";
-import { planStack, stackFilePath } from "../offline";
+import { planStack } from "../offline";
+import { existingStackFile } from "../stacks";
 import { policyOf } from "../report";
 import { paint, status, step } from "../style";
 
@@ -13,7 +14,7 @@ export function define(command: Command, cli: Cli) {
         .option("--markdown", "a Markdown checklist to paste into a ticket");
     return async (opts: { stack: string; json?: boolean; markdown?: boolean }) => {
         const policy = policyOf(cli);
-        const plan = await step(`planning ${opts.stack}`, () => planStack(stackFilePath(cli.stacksDir, opts.stack), opts.stack));
+        const plan = await step(`planning ${opts.stack}`, () => planStack(existingStackFile(cli.stacksDir, opts.stack), opts.stack));
         const items = evaluateChecklist(plan, gatePlan(plan, policy));
         const failed = items.filter((i) => i.status === "fail").length;
         if (opts.json) process.stdout.write(`${JSON.stringify({ stack: opts.stack, failed, items }, null, 2)}\n`);

@@ -2,7 +2,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { Argument, Command } from "commander";
 import { Cli, EXIT } from "../command";
-import { stackFilePath } from "../stacks";
+import { existingStackFile } from "../stacks";
 
 export function define(command: Command, cli: Cli) {
     command
@@ -14,10 +14,10 @@ export function define(command: Command, cli: Cli) {
         .option("--json", "machine-readable output (the diff included)");
     return async (_action: "propose", opts: { stack: string; from: string[]; client?: string; out?: string; json?: boolean }) => {
         const { formatProposal, propose } = await import("../egress");
-        const proposal = propose(opts.stack, stackFilePath(cli.stacksDir, opts.stack), opts.from, opts.client);
+        const proposal = propose(opts.stack, existingStackFile(cli.stacksDir, opts.stack), opts.from, opts.client);
         let diffFile: string | undefined;
         if (proposal.diff) {
-            diffFile = opts.out ?? path.join("out", opts.stack, "dns-allowlist.diff");
+            diffFile = opts.out ?? path.join(cli.outDir(opts.stack), "dns-allowlist.diff");
             fs.mkdirSync(path.dirname(diffFile), { recursive: true });
             fs.writeFileSync(diffFile, proposal.diff);
         }

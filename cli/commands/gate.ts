@@ -3,7 +3,8 @@ import { ConfigError } from "../../policies/contract";
 import { judgeResources } from "../../policies/engine/judge";
 import { enforce, failing } from "../../policies/policy";
 import { locateInPreview, readInput, resourcesOfPreview } from "../check";
-import type { Cli } from "../command";
+import { Cli, EXIT } from "../command";
+import type { Finding } from "../../policies/engine/finding";
 import { Format, formatOf, policyOf, report, withFormat } from "../report";
 import { status, step } from "../style";
 
@@ -29,15 +30,29 @@ export function define(command: Command, cli: Cli) {
         const { gateStack } = await import("../gate");
         const { listStacks } = await import("../offline");
         const stacks = opts.all ? listStacks(cli.stacksDir) : [opts.stack!];
-        const results = [];
-        for (const stack of stacks) results.push(await step(`gating ${stack}`, () => gateStack(cli.stacksDir, stack, policy)));
-        const findings = results.flatMap((r) => r.findings.map((f) => ({ ...f, stack: r.stack })));
-        if (format === "text") {
-            for (const r of results) {
-                const violations = failing(r.findings).length;
-                process.stdout.write(`${r.stack}: ${violations === 0 ? status("pass", "clean") : status("fail", `${violations} violation(s)`)}\n`);
+        const results: ({ stack: string; findings: Finding[] } | { stack: string; error: string })[] = [];
+        const errors: string[] = [];
+        // With --all, a stack that cannot be planned is reported beside the others' results, never instead of them.
+        for (const stack of stacks) {
+            try {
+                results.push(await step(`gating ${stack}`, () => gateStack(cli.stacksDir, stack, policy, cli.outDir(stack))));
+            } catch (err) {
+                if (!(err instanceof ConfigError) || !opts.all) throw err;
+                errors.push(...err.problems);
+                results.push({ stack, error: err.problems.join("; ") });
             }
         }
-        return report(findings, format, { stacks: results.map((r) => ({ stack: r.stack, violations: failing(r.findings).length })) }, undefined, policy);
+        const findings = results.flatMap((r) => ("findings" in r ? r.findings.map((f) => ({ ...f, stack: r.stack })) : []));
+        if (format === "text") {
+            for (const r of results) {
+                const verdict =
+                    "error" in r ? status("fail", "not gated: bad input (below)") : failing(r.findings).length === 0 ? status("pass", "clean") : status("fail", `${failing(r.findings).length} violation(s)`);
+                process.stdout.write(`${r.stack}: ${verdict}\n`);
+            }
+        }
+        const summary = results.map((r) => ("findings" in r ? { stack: r.stack, violations: failing(r.findings).length } : { stack: r.stack, error: r.error }));
+        const code = report(findings, format, { stacks: summary, ...(errors.length > 0 ? { errors } : {}) }, undefined, policy);
+        for (const line of errors) process.stderr.write(`${line}\n`);
+        return errors.length > 0 ? EXIT.badInput : code;
     };
 }

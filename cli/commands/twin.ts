@@ -1,6 +1,6 @@
 import { Argument, type Command } from "commander";
 import { EXIT, type Cli } from "../command";
-import { stackFilePath } from "../stacks";
+import { existingStackFile } from "../stacks";
 
 const ACTIONS = ["up", "status", "exec", "agent", "replace", "firewall", "down"] as const;
 type Action = (typeof ACTIONS)[number];
@@ -31,7 +31,7 @@ export function define(command: Command, cli: Cli) {
         try {
             switch (action) {
                 case "up": {
-                    const state = await twin.up({ stack: opts.stack, stackFile: stackFilePath(cli.stacksDir, opts.stack), log });
+                    const state = await twin.up({ stack: opts.stack, stackFile: existingStackFile(cli.stacksDir, opts.stack), log });
                     out(state, `twin of ${opts.stack} is up: gateway ${state.guests.gateway?.cloudInit}, sandbox ${state.guests.sandbox?.cloudInit}\n`);
                     return EXIT.clean;
                 }

@@ -1,0 +1,25 @@
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { ConfigError } from "../policies/contract";
+
+/**
+ * The airlock project a command works on: the nearest folder, from the working
+ * directory up, that holds a Pulumi.yaml, so that every verb works from any of its
+ * subfolders as git does. Paths are given back as the user would type them from
+ * where they are ("stacks" at the top, "../stacks" one level down).
+ */
+export function projectRoot(from = process.cwd()): string | undefined {
+    for (let at = path.resolve(from); ; at = path.dirname(at)) {
+        if (fs.existsSync(path.join(at, "Pulumi.yaml"))) return at;
+        if (path.dirname(at) === at) return undefined;
+    }
+}
+
+/** A path inside the project, relative to the working directory; bad input outside any project. */
+export function inProject(what: string, ...parts: string[]): string {
+    const root = projectRoot();
+    if (root === undefined) {
+        throw new ConfigError([`airlock: no Pulumi.yaml in ${process.cwd()} or any folder above it: run this inside an airlock project (a clone or a fork), or pass ${what}`]);
+    }
+    return path.relative(process.cwd(), path.join(root, ...parts)) || ".";
+}
