@@ -58,7 +58,13 @@ export function parseUserData(text: string, sent = false): CloudInitDoc {
 }
 
 export function parseCloudInit(text: string): CloudInitDoc {
-    text = text.replace(/^\uFEFF/, "");
+    // cloud-init does not skip a byte-order mark: it finds no type, and the host boots nothing.
+    if (text.startsWith("\uFEFF")) throw new CloudInitParseError("user_data starts with a byte-order mark, which cloud-init does not skip: the host would boot none of it");
+    // user_data.convert_string parses user_data as a MIME message when "mime-version:" is in its
+    // first 4,096 bytes (any case), whatever its first line says; then only its parts boot. The
+    // gate judges one document, so any mention of it is refused (also past 4 KiB: the window is
+    // cloud-init's choice and may grow).
+    if (/mime-version:/i.test(text)) throw new CloudInitParseError('user_data mentions "MIME-Version:", which makes cloud-init read it as a MIME message: only #cloud-config and scripts can be judged');
     const first = text.split("\n", 1)[0].trim();
     if (first.startsWith("#!")) return { text, files: [], lines: {} };
     if (first !== "#cloud-config") {

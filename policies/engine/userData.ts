@@ -39,16 +39,24 @@ export function decodeUserData(sent: string): DecodedUserData {
     const gzipped = bytes.length >= 2 && bytes[0] === 0x1f && bytes[1] === 0x8b;
     let inner: Buffer = bytes;
     if (gzipped) {
+        let consumed: number;
         try {
-            inner = zlib.gunzipSync(bytes, { maxOutputLength: MAX_USER_DATA_BYTES });
+            const { buffer, engine } = zlib.gunzipSync(bytes, { maxOutputLength: MAX_USER_DATA_BYTES, info: true }) as unknown as { buffer: Buffer; engine: zlib.Gunzip };
+            inner = buffer;
+            consumed = engine.bytesWritten;
         } catch (err) {
             const why = (err as NodeJS.ErrnoException).code === "ERR_BUFFER_TOO_LARGE" || err instanceof RangeError ? `decompresses to more than ${MAX_USER_DATA_BYTES / 2 ** 20} MiB` : "is base64 of a gzip stream that does not decompress";
             throw new UserDataDecodeError(`user_data ${why}`);
         }
+        // Node stops at NUL bytes after a member (padding to it); Python's gzip, which
+        // cloud-init's util.decomp_gzip uses, skips them and reads on: another member, or
+        // garbage that makes it keep the data undecoded (the host boots nothing). Either way
+        // the two read different documents, so anything after the stream is refused.
+        if (consumed < bytes.length) throw new UserDataDecodeError(`user_data has ${bytes.length - consumed} bytes after its gzip stream, which cloud-init reads differently from this gate`);
     }
     let text: string;
     try {
-        text = new TextDecoder("utf-8", { fatal: true }).decode(inner);
+        text = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(inner); // a BOM kept, as cloud-init keeps it
     } catch {
         throw new UserDataDecodeError(`user_data is base64 of${gzipped ? " gzipped" : ""} bytes that are not UTF-8 text`);
     }
