@@ -139,6 +139,9 @@ export function provisionHost(
             sshKeys: [args.breakGlassSshKeyId],
             publicNets: [{ ipv4Enabled: true, ipv6Enabled: true }],
             userData,
+            // Deleted (replaced, destroyed) only after a clean shutdown: the workspace's or state's
+            // filesystem and the record's last lines are on disk before the volume detaches.
+            shutdownBeforeDeletion: true,
             deleteProtection: args.server.protect,
             rebuildProtection: args.server.protect,
         },

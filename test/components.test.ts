@@ -97,6 +97,13 @@ describe.each(SHIPPED_STACKS)("the %s stack under mocks", (stack) => {
         }
     });
 
+    it("every server is shut down before Hetzner deletes it (replaced or destroyed), so its volume's filesystem is clean when it detaches", async () => {
+        const plan = await planShipped(stack);
+        expect(resourcesOfType(plan, T.server).map((s) => [s.name, s.inputs.shutdownBeforeDeletion])).toEqual(
+            ["gateway", "sandbox"].map((role) => [`${plan.config.prefix}-${role}-server`, true]),
+        );
+    });
+
     it("join keys are single-use, pre-authorized, tagged, short-lived; the sandbox's is ephemeral", async () => {
         const plan = await planShipped(stack);
         const cfg = plan.config;

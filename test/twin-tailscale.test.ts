@@ -4,7 +4,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { renderTailnetPolicy, tailnetPolicyText } from "../components/render/tailnetPolicy";
-import { buildTailscaleDeb, Coordinator, newAuthKey, startCoordinator, TAILSCALE_DEB_VERSION } from "../twin/tailscale";
+import { authKeysOf, buildTailscaleDeb, Coordinator, newAuthKey, startCoordinator, TAILSCALE_DEB_VERSION } from "../twin/tailscale";
 import { readStackFile } from "../components/config/load";
 import { inNamespace, spawnInNamespace } from "./helpers/netns";
 import { BootedHost, bootRootfs, debianRootfs, extractRootfs } from "./helpers/nspawn";
@@ -132,13 +132,15 @@ describe.runIf(canRun)("the twin's Tailscale stand-in (namespaces, WireGuard, th
             path.join(work, "dnsmasq.log"),
         );
         const policyFile = path.join(work, "policy.hujson");
-        fs.writeFileSync(policyFile, tailnetPolicyText(renderTailnetPolicy({ gatewayTag: GATEWAY_TAG, sandboxTag: SANDBOX_TAG, tagOwners: ["autogroup:admin"], operators: ["autogroup:admin"] })));
+        // A device tagged for nothing the policy grants: its tag is defined (the coordinator refuses keys for undefined ones).
+        const policy = renderTailnetPolicy({ gatewayTag: GATEWAY_TAG, sandboxTag: SANDBOX_TAG, tagOwners: ["autogroup:admin"], operators: ["autogroup:admin"] });
+        fs.writeFileSync(policyFile, tailnetPolicyText({ ...policy, tagOwners: { ...policy.tagOwners, [OTHER_TAG]: ["autogroup:admin"] } }));
         coordinator = await startCoordinator({
             netns: BRIDGE_NS,
             address: CONTROL,
             port: 80,
             policyFile,
-            authKeys: Object.fromEntries(Object.values(keys).map((k) => [k.key, k.tags])),
+            authKeys: authKeysOf(...Object.values(keys)),
             logFile: path.join(work, "coordinator.log"),
             // Short, so the replaced-sandbox test need not wait the default 45 s.
             pollSeconds: 2,
@@ -396,6 +398,68 @@ describe.runIf(toolsAvailable("the coordinator's packet filters", ["python3"]))(
     });
 });
 
+describe.runIf(toolsAvailable("the coordinator's keys and nodes", ["python3"]))("the coordinator's keys and nodes, as Tailscale's control plane keeps them (no namespaces)", () => {
+    /** Runs `steps` (python, with `tailnet`, `register(key, hostname, tags)`, `clock` and `coordinator` in scope) against the rendered policy; prints its JSON result. */
+    const scenario = (steps: string, keys: Record<string, unknown> = {}) => {
+        const policy = tailnetPolicyText(renderTailnetPolicy({ gatewayTag: GATEWAY_TAG, sandboxTag: SANDBOX_TAG, tagOwners: ["autogroup:admin"], operators: ["autogroup:admin"] }));
+        const program = [
+            "import importlib.machinery, importlib.util, json, sys, tempfile, time",
+            `loader = importlib.machinery.SourceFileLoader("coordinator", ${JSON.stringify(path.join(TWIN, "coordinator"))})`,
+            'spec = importlib.util.spec_from_loader("coordinator", loader); coordinator = importlib.util.module_from_spec(spec); loader.exec_module(coordinator)',
+            "clock = [time.time()]",
+            "coordinator.time.time = lambda: clock[0]",
+            'f = tempfile.NamedTemporaryFile("w", suffix=".hujson", delete=False); f.write(sys.stdin.read()); f.close()',
+            `tailnet = coordinator.Tailnet(coordinator.Policy(f.name), json.loads(${JSON.stringify(JSON.stringify(keys))}), "t.ts.net")`,
+            'register = lambda key, hostname, tags: tailnet.register({"authKey": key, "hostname": hostname, "tags": tags, "publicKey": "A" * 43 + "="}, "10.0.0.1")',
+            steps,
+        ].join("\n");
+        const result = run("python3", ["-I", "-c", program], { input: policy });
+        expect(result.stderr).toBe("");
+        return JSON.parse(result.stdout.trim().split("\n").at(-1)!);
+    };
+
+    it("a key for a tag tagOwners does not define is refused when it is created, as Tailscale's API refuses it; on stdin, the coordinator does not start", () => {
+        const refused = scenario(`print(json.dumps([tailnet.add_key("k1", {"tags": ["${OTHER_TAG}"]}), tailnet.add_key("k2", {"tags": ["${SANDBOX_TAG}"]})]))`);
+        expect(refused).toEqual([`requested tags ['${OTHER_TAG}'] are invalid or not permitted`, null]);
+        const policyFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "coordinator-")), "policy.hujson");
+        fs.writeFileSync(policyFile, tailnetPolicyText(renderTailnetPolicy({ gatewayTag: GATEWAY_TAG, sandboxTag: SANDBOX_TAG, tagOwners: ["autogroup:admin"], operators: ["autogroup:admin"] })));
+        const started = run(path.join(TWIN, "coordinator"), ["--listen", "127.0.0.1:0", "--policy", policyFile, "--admin-socket", `${policyFile}.sock`], { input: JSON.stringify({ authKeys: authKeysOf(newAuthKey([OTHER_TAG])) }) });
+        expect(started.status).toBe(2);
+        expect(started.stderr.trim()).toBe(`coordinator: an auth key on stdin: requested tags ['${OTHER_TAG}'] are invalid or not permitted`);
+    });
+
+    it("a key past its expiry is refused as an unknown one is; before it, it joins once", () => {
+        const answers = scenario(
+            [
+                "clock[0] += 1799",
+                "in_time = register('early', 'airlock-dev-sandbox', [])",
+                "clock[0] += 2",
+                "late = register('late', 'airlock-dev-gateway', [])",
+                "again = register('early', 'airlock-dev-sandbox', [])",
+                "print(json.dumps([in_time[0], late, again]))",
+            ].join("\n"),
+            { early: { tags: [SANDBOX_TAG], ephemeral: true, expirySeconds: 1800 }, late: { tags: [GATEWAY_TAG], expirySeconds: 1800 } },
+        );
+        expect(answers).toEqual([200, [401, { error: "invalid key: API key does not exist" }], [401, { error: "invalid key: API key has already been used" }]]);
+    });
+
+    it("an ephemeral node offline for 30 minutes is removed; a non-ephemeral one stays; nodes say when they were created", () => {
+        const names = scenario(
+            [
+                "register('s', 'airlock-dev-sandbox', []); register('g', 'airlock-dev-gateway', [])",
+                "created = sorted(n.describe('t.ts.net')['created'] for n in tailnet.nodes.values())",
+                "clock[0] += 1799; tailnet.sweep(); before = sorted(n.name for n in tailnet.nodes.values())",
+                "clock[0] += 2; tailnet.sweep(); after = sorted(n.name for n in tailnet.nodes.values())",
+                "print(json.dumps([before, after, created]))",
+            ].join("\n"),
+            { s: { tags: [SANDBOX_TAG], ephemeral: true }, g: { tags: [GATEWAY_TAG], ephemeral: false } },
+        );
+        expect(names[0]).toEqual(["airlock-dev-gateway", "airlock-dev-sandbox"]);
+        expect(names[1]).toEqual(["airlock-dev-gateway"]);
+        for (const at of names[2]) expect(at).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
+    });
+});
+
 describe.runIf(canRun)("the tailscale .deb", () => {
     it("is the package Tailscale's repository would serve (name, dependencies, the binaries and unit where Tailscale puts them), built the same from the same sources", () => {
         const out = fs.mkdtempSync(path.join(os.tmpdir(), "airlock-tailscale-deb-"));
@@ -491,7 +555,7 @@ describe.runIf(canBoot)("the tailscale .deb, installed and run under systemd", (
             address: control,
             port: 80,
             policyFile,
-            authKeys: { [sandboxKey.key]: sandboxKey.tags },
+            authKeys: authKeysOf(sandboxKey),
             logFile: path.join(work, "coordinator.log"),
         });
         host = await bootRootfs(root, guestNs);

@@ -112,7 +112,12 @@ export async function startStandIns({ stack, stackFile, log }: StandInOptions): 
         bootFiles: { gateway: bootFilesOf(hostImages.gateway), sandbox: bootFilesOf(hostImages.sandbox) },
         tailscaleKeyFingerprint: mirror.fingerprint,
         joinKey: async (role) => {
-            const key = newAuthKey([tags[role]]);
+            // As the plan creates it: its tags, ephemeral or not, its expiry (the coordinator refuses what Tailscale would).
+            const planned = plan.resources.find((r) => r.type === "tailscale:index/tailnetKey:TailnetKey" && r.name === `${plan.config.hostnames[role]}-join-key`);
+            if (!planned) throw new TwinError(`the plan has no ${role}-join-key`);
+            const { tags: keyTags, ephemeral, expiry } = planned.inputs as { tags: string[]; ephemeral?: boolean; expiry?: number };
+            if (!keyTags.includes(tags[role])) throw new TwinError(`the plan's ${role}-join-key is not for ${tags[role]}`);
+            const key = newAuthKey(keyTags, { ephemeral: ephemeral ?? false, ...(expiry === undefined ? {} : { expirySeconds: expiry }) });
             await addCoordinatorAuthKey(coordinatorSocket(stack), key);
             return key.key;
         },

@@ -75,14 +75,24 @@ export function buildTailscaleDeb(outDir: string, bootstrapDns: string): string 
     }
 }
 
-/** A single-use, pre-authorized auth key for `tags`, secret-shaped as Tailscale's, made at run time. */
-export interface AuthKey {
-    key: string;
+/** A single-use, pre-authorized auth key, as a TailnetKey is created: its tags, whether its node is ephemeral, its lifetime. */
+export interface AuthKeySpec {
     tags: string[];
+    ephemeral?: boolean;
+    /** Seconds until the key expires (Tailscale's default: 90 days). */
+    expirySeconds?: number;
 }
-export function newAuthKey(tags: string[]): AuthKey {
+export interface AuthKey extends AuthKeySpec {
+    key: string;
+}
+/** A key for `tags`, secret-shaped as Tailscale's, made at run time. */
+export function newAuthKey(tags: string[], options: Omit<AuthKeySpec, "tags"> = {}): AuthKey {
     const id = `k${crypto.randomBytes(5).toString("hex")}CNTRL`;
-    return { key: ["tskey", "auth", id, crypto.randomBytes(24).toString("base64url")].join("-"), tags: [...tags] };
+    return { key: ["tskey", "auth", id, crypto.randomBytes(24).toString("base64url")].join("-"), tags: [...tags], ...options };
+}
+/** `keys` as the coordinator takes them on its stdin. */
+export function authKeysOf(...keys: AuthKey[]): Record<string, AuthKeySpec> {
+    return Object.fromEntries(keys.map(({ key, ...spec }) => [key, spec]));
 }
 
 export interface CoordinatorOptions {
@@ -93,18 +103,17 @@ export interface CoordinatorOptions {
     port: number;
     /** The rendered tailnet policy (HuJSON), reread when it changes. */
     policyFile: string;
-    /** The auth keys it accepts, each once, and the tags each gives its node. */
-    authKeys: Record<string, string[]>;
+    /** The auth keys it accepts, each once (authKeysOf). */
+    authKeys: Record<string, AuthKeySpec>;
     logFile: string;
     /** Its admin socket on this machine (root's only); default beside logFile. */
     adminSocket?: string;
     /** Where to write its pid, so a later process (`twin down`) can stop it. */
     pidFile?: string;
-    /**
-     * After how long without a poll a node counts as offline (default 45 s), when a new
-     * node may take its name: a replaced sandbox's successor is the sandbox's name again.
-     */
+    /** After how long without a poll a node counts as offline (default 45 s). */
     offlineSeconds?: number;
+    /** After how long offline an ephemeral node is removed, freeing its name (default 1800 s, as Tailscale's 30-60 min). */
+    ephemeralOfflineSeconds?: number;
     /** How long a poll waits for a change (default 20 s); below offlineSeconds. */
     pollSeconds?: number;
 }
@@ -120,6 +129,9 @@ export interface CoordinatorNode {
     publicKey: string;
     endpoint: string | null;
     online: boolean;
+    ephemeral: boolean;
+    /** When it registered (RFC 3339, as tailscale status's Created). */
+    created: string;
 }
 
 export interface Coordinator {
@@ -179,6 +191,7 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
     const timing = [
         ...(options.pollSeconds === undefined ? [] : ["--poll-seconds", String(options.pollSeconds)]),
         ...(options.offlineSeconds === undefined ? [] : ["--offline-seconds", String(options.offlineSeconds)]),
+        ...(options.ephemeralOfflineSeconds === undefined ? [] : ["--ephemeral-offline-seconds", String(options.ephemeralOfflineSeconds)]),
     ];
     const child = spawn(
         "ip",

@@ -281,10 +281,15 @@ export async function replaceSandbox(stack: string, log: Log): Promise<TwinState
     preflight();
     const state = requireState(stack);
     const started = Date.now();
-    await stopGuest(stack, "sandbox");
-    log("sandbox: destroyed");
     const standIns = await startStandIns({ stack, stackFile: state.stackFile, log });
     const deployment = await renderForTwin(stack, state.stackFile, standIns);
+    // Hetzner deletes a server at once (the plug pulled) unless it is created with
+    // shutdown_before_deletion, when it shuts the server down first (terraform-provider-hcloud,
+    // hcloud_server); the plan's server says which.
+    const server = deployment.plan.resources.find((r) => r.type === "hcloud:index/server:Server" && r.inputs.name === state.hostnames.sandbox);
+    const graceful = server?.inputs.shutdownBeforeDeletion === true;
+    await stopGuest(stack, "sandbox", graceful ? 60_000 : 0);
+    log(`sandbox: destroyed (${graceful ? "shut down first" : "without a shutdown"})`);
     await boot(stack, state, deployment, "sandbox", standIns, log);
     await skipInitramfsRebuilds(stack, "sandbox");
     // The sandbox's workloads resolve their images through the gateway: with it down, first boot is all there is to wait for.
