@@ -342,7 +342,7 @@ describe.runIf(toolsAvailable("the coordinator's packet filters", ["python3"]))(
     type Rule = { srcs: string[]; proto: string; ports: [number, number][] };
     /** Each node's filter, one node per key (named after its first tag), against `policy`. */
     const filtersFor = (policy: string, keys: Record<string, string[]>) => {
-        const result = run("python3", [path.join(__dirname, "fixtures", "twin-tailscale", "packet-filters.py"), path.join(TWIN, "coordinator"), JSON.stringify(keys)], { input: policy });
+        const result = run("python3", ["-B", path.join(__dirname, "fixtures", "twin-tailscale", "packet-filters.py"), path.join(TWIN, "coordinator"), JSON.stringify(keys)], { input: policy });
         expect(result.stderr).toBe("");
         const lines = result.stdout.trim().split("\n");
         return JSON.parse(lines[lines.length - 1]) as { addresses: Record<string, string[]>; filters: Record<string, Rule[]> };
@@ -413,7 +413,7 @@ describe.runIf(toolsAvailable("the coordinator's keys and nodes", ["python3"]))(
             'register = lambda key, hostname, tags: tailnet.register({"authKey": key, "hostname": hostname, "tags": tags, "publicKey": "A" * 43 + "="}, "10.0.0.1")',
             steps,
         ].join("\n");
-        const result = run("python3", ["-I", "-c", program], { input: policy });
+        const result = run("python3", ["-I", "-B", "-c", program], { input: policy }); // -B: no bytecode beside the coordinator (twin/ files are sources of dist/)
         expect(result.stderr).toBe("");
         return JSON.parse(result.stdout.trim().split("\n").at(-1)!);
     };
