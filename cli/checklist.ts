@@ -1,7 +1,7 @@
 import * as YAML from "yaml";
 import { deployCredential, GITHUB_HIGH_IMPACT, GITHUB_MERGE_OR_ADMIN, highImpactEntry } from "../components/config/automation";
 import type { Finding } from "../policies/engine/finding";
-import { SANDBOX_SSH_CONFIG_PATH } from "../components/render/hosts";
+import { SANDBOX_SSH_CONFIG_PATH, SANDBOX_SSH_CONFIG_TEMPLATE } from "../components/render/hosts";
 import { GATEWAY_AGENT_PATHS } from "../components/workloads/compose";
 import { HERMES_RUNTIME } from "../policies/contract";
 import { collectArtifacts } from "./plan";
@@ -110,7 +110,7 @@ const AUTOMATIC: AutomaticItem[] = [
         title: "Secrets travel per command (SendEnv) and only the allowlist reaches the container",
         rules: ["sshd-accept-env-allowlist", "sshd-no-user-environment"],
         evidence: (plan) => {
-            const sendEnv = /^\s*SendEnv (.+)$/m.exec(artifact(plan, "gateway", "etc/ssh/ssh_config.d/20-airlock-sandbox.conf") ?? "")?.[1];
+            const sendEnv = /^\s*SendEnv (.+)$/m.exec(artifact(plan, "gateway", SANDBOX_SSH_CONFIG_TEMPLATE.slice(1)) ?? "")?.[1];
             const acceptEnv = /^AcceptEnv (.+)$/m.exec(artifact(plan, "sandbox", "etc/airlock/sshd_config.in") ?? "")?.[1];
             return sendEnv && sendEnv === acceptEnv ? `SendEnv = AcceptEnv = ${sendEnv}` : undefined;
         },
@@ -179,7 +179,7 @@ const AUTOMATIC: AutomaticItem[] = [
         title: "The gateway pins the sandbox's host key (no trust on first use)",
         rules: [],
         evidence: (plan) => {
-            const sshConfig = artifact(plan, "gateway", "etc/ssh/ssh_config.d/20-airlock-sandbox.conf") ?? "";
+            const sshConfig = artifact(plan, "gateway", SANDBOX_SSH_CONFIG_TEMPLATE.slice(1)) ?? "";
             return /StrictHostKeyChecking yes/.test(sshConfig) && artifact(plan, "gateway", "etc/airlock/known_hosts") ? "StrictHostKeyChecking yes, known_hosts from the stack" : undefined;
         },
     },

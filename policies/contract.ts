@@ -10,8 +10,6 @@ export const TAILNET_AUTH_KEY_PLACEHOLDER = "@TAILNET_AUTH_KEY@";
 export const TAILNET_AUTH_KEY_PATH = "/etc/airlock/tailnet-authkey";
 /** Filled at boot with the host's tailnet IPv4 by a script that refuses anything else. */
 export const TAILNET_IPV4_PLACEHOLDER = "@TAILNET_IPV4@";
-/** Filled at boot with the tailnet's MagicDNS domain (`tailscale status`'s MagicDNSSuffix), checked to be a DNS name. */
-export const TAILNET_DOMAIN_PLACEHOLDER = "@TAILNET_DOMAIN@";
 /** Filled at deploy time with the built sandbox-shell image's `registry/name@sha256:...`. */
 export const BUILT_SANDBOX_SHELL_PLACEHOLDER = "@SANDBOX_SHELL_IMAGE@";
 

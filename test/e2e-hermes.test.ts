@@ -12,7 +12,7 @@ import { HERMES_VERSION, loadHermesImage, movedHostPaths } from "./helpers/herme
 import { readmeSample } from "./helpers/readme";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
 import { enforceEgress, installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
-import { editedStack, REPO, renderedFile, renderHosts, tempDir } from "./helpers/stacks";
+import { editedStack, REPO, renderedFile, renderHosts, sandboxSshConfigAt, tempDir } from "./helpers/stacks";
 import { installFiles, isRoot, run, TEST_TAILNET_DOMAIN, toolsAvailable, withTailnetValues } from "./helpers/tools";
 
 /**
@@ -164,7 +164,7 @@ describe.runIf(canRun)(`Hermes Agent ${HERMES_VERSION} as the gateway runs it`, 
         fs.chmodSync(gatewayRoot, 0o755);
         installFiles(hosts.gateway, gatewayRoot);
         // The runtime's ssh config, as airlock-tailnet-render writes it at boot (the tailnet's domain filled).
-        fs.writeFileSync(path.join(gatewayRoot, GATEWAY_AGENT_PATHS.sshConfig), withTailnetValues(renderedFile(hosts.gateway, `${GATEWAY_AGENT_PATHS.sshConfig}.in`)), { mode: 0o644 });
+        fs.writeFileSync(path.join(gatewayRoot, GATEWAY_AGENT_PATHS.sshConfig), sandboxSshConfigAt(hosts.gateway, `${cfg.hostnames.sandbox}.${TEST_TAILNET_DOMAIN}`), { mode: 0o644 });
         fs.writeFileSync(path.join(gatewayRoot, "etc/airlock/known_hosts"), pinnedKnownHosts(hosts.gateway, hostPublicKey));
         fs.mkdirSync(path.join(gatewayRoot, "run/airlock-agent"), { recursive: true });
         fs.copyFileSync(agentKey, path.join(gatewayRoot, GATEWAY_AGENT_PATHS.runtimeSshKey));
@@ -295,6 +295,24 @@ describe.runIf(canRun)(`Hermes Agent ${HERMES_VERSION} as the gateway runs it`, 
         expect(ranInContainer.length).toBeGreaterThan(0);
         expect(ranInContainer.filter((c) => /airlock (checkpoint|restore)/.test(c))).toEqual([]);
     }, 180_000);
+
+    it.each<[string, string, number]>([
+        ["its node's tailnet address, as airlock-sandbox-address writes it once the sandbox joined", SANDBOX_TAILNET, 0],
+        ["an address outside the tailnet", "192.0.2.1", 78],
+        ["another name", "elsewhere.example", 78],
+    ])("the runtime's ssh config naming the sandbox by %s: preflight exit %i", (_, address, status) => {
+        const file = path.join(gatewayRoot, GATEWAY_AGENT_PATHS.sshConfig);
+        const original = fs.readFileSync(file, "utf8");
+        // In place, as airlock-tailnet-render --in-place writes it: the container's bind mount shows it.
+        fs.writeFileSync(file, original.replace(/^\tHostName .*$/m, `\tHostName ${address}`));
+        try {
+            const result = preflight();
+            expect(result.status, result.stderr).toBe(status);
+            if (status !== 0) expect(result.stderr).toMatch(/is not the pinned sandbox: hostname /);
+        } finally {
+            fs.writeFileSync(file, original);
+        }
+    });
 
     // Each rendered managed file is needed: changed, Hermes itself chooses otherwise for some user's state.
     it.each<[string, string, (text: string) => string, "terminal section" | "model only"]>([

@@ -8,7 +8,7 @@ import { SSHD_TEMPLATE_PATH } from "../components/render/hosts";
 import { recordEntries, TestBroker } from "./helpers/broker";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
 import { enforceEgress, installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
-import { editedStack, REPO, renderedFile, renderHosts, tempDir } from "./helpers/stacks";
+import { editedStack, REPO, renderedFile, renderHosts, sandboxSshConfigAt, tempDir } from "./helpers/stacks";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -89,7 +89,7 @@ describe.runIf(canRun)("the command record through the real sshd", () => {
         await waitForPort(net.client, net.serverTailnet, 22);
 
         const sshConfig = path.join(clientDir, "ssh_config");
-        fs.writeFileSync(sshConfig, renderedFile(hosts.gateway, "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf"));
+        fs.writeFileSync(sshConfig, sandboxSshConfigAt(hosts.gateway, net.serverTailnet));
         fs.writeFileSync(path.join(clientDir, "known_hosts"), pinnedKnownHosts(hosts.gateway, hostPublicKey));
         sshBase = ["ip", "netns", "exec", net.client, "ssh", "-F", sshConfig, "-o", `HostName=${net.serverTailnet}`, "-o", `User=${AGENT}`, "-o", `IdentityFile=${clientKey}`,
             "-o", `UserKnownHostsFile=${clientDir}/known_hosts`, "-o", `ControlPath=${clientDir}/cm-%C`, "-o", "ConnectTimeout=5", "sandbox"];

@@ -13,8 +13,8 @@ import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } fr
 import { newHostKey } from "./helpers/sshdRig";
 import { AIRLOCK_BIN } from "./helpers/cli";
 import { readmeSample } from "./helpers/readme";
-import { editedStack, renderedFile, renderHosts, tempDir } from "./helpers/stacks";
-import { freeUid, installFiles, isRoot, run, toolsAvailable, withTailnetValues } from "./helpers/tools";
+import { editedStack, renderedFile, renderHosts, sandboxSshConfigAt, tempDir } from "./helpers/stacks";
+import { freeUid, installFiles, isRoot, run, TEST_TAILNET_DOMAIN, toolsAvailable, withTailnetValues } from "./helpers/tools";
 
 /**
  * `airlock secrets push` end to end: the operator's CLI in one network namespace,
@@ -151,7 +151,7 @@ describe.runIf(canRun)("airlock secrets push to the gateway over ssh", () => {
         fs.writeFileSync(moved(GATEWAY_AGENT_PATHS.hermesPreflight), renderedFile(gateway, GATEWAY_AGENT_PATHS.hermesPreflight), { mode: 0o755 });
         // The runtime's ssh config, as airlock-tailnet-render writes it at boot.
         fs.mkdirSync(path.dirname(moved(GATEWAY_AGENT_PATHS.sshConfig)), { recursive: true });
-        fs.writeFileSync(moved(GATEWAY_AGENT_PATHS.sshConfig), withTailnetValues(renderedFile(gateway, `${GATEWAY_AGENT_PATHS.sshConfig}.in`)), { mode: 0o644 });
+        fs.writeFileSync(moved(GATEWAY_AGENT_PATHS.sshConfig), sandboxSshConfigAt(gateway, `${gateway.hostname.replace(/-gateway$/, "-sandbox")}.${TEST_TAILNET_DOMAIN}`), { mode: 0o644 });
         // As airlock-agent-key.service does at boot: the agent's key, staged for the runtime.
         const keyTool = path.join(root, "usr/local/sbin/airlock-gateway-agent-key");
         fs.writeFileSync(keyTool, moved(renderedFile(gateway, "/usr/local/sbin/airlock-gateway-agent-key")).replace("tee /dev/console", "cat"), { mode: 0o755 });

@@ -6,7 +6,7 @@ import { readStackFile } from "../components/config/load";
 import { RenderedHost, SSHD_TEMPLATE_PATH } from "../components/render/hosts";
 import * as YAML from "yaml";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
-import { editedStack, REPO, tempDir, renderHosts, renderedFile } from "./helpers/stacks";
+import { editedStack, REPO, tempDir, renderHosts, renderedFile, sandboxSshConfigAt } from "./helpers/stacks";
 import { TestBroker } from "./helpers/broker";
 import { agentSshArgs, enforceEgress, installSandboxSshd, newHostKey, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
@@ -113,7 +113,7 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
         // The gateway's rendered client config, unchanged; test paths come in as -o
         // options, which ssh reads before the file (first value wins).
         gatewayConfig = path.join(clientDir, "ssh_config");
-        fs.writeFileSync(gatewayConfig, file(hosts.gateway, "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf"));
+        fs.writeFileSync(gatewayConfig, sandboxSshConfigAt(hosts.gateway, net.serverTailnet));
         // The gateway's rendered known_hosts, filled as at deploy with the sandbox key the stack generated.
         fs.writeFileSync(path.join(clientDir, "known_hosts"), pinnedKnownHosts(hosts.gateway, hostPublicKey));
         const otherPublicKey = newHostKey(path.join(clientDir, "other_host_key"));

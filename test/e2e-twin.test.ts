@@ -293,18 +293,21 @@ describe.runIf(canRun)("the twin", () => {
     it("the gateway's agent runtime, Hermes through its own loader and ssh terminal, runs the agent's command in the sandbox and on its record, not on the gateway", async () => {
         // The agent's rootless Docker (the same user on both hosts), as root there asks it.
         const docker = `runuser -u ${cfg.agent.user} -- env XDG_RUNTIME_DIR=/run/user/${cfg.agent.uid} DOCKER_HOST=unix:///run/user/${cfg.agent.uid}/docker.sock docker`;
-        // The sandbox's full MagicDNS name, which the runtime's ssh config names (its domain filled at boot).
+        // The runtime's ssh config names the sandbox's node by its address once it has joined, by its
+        // full MagicDNS name before (the gateway boots first): whichever it was when the runtime started.
         const domain = asRoot("gateway", "tailscale status --json | jq -r .MagicDNSSuffix").stdout.trim();
         expect(domain).toMatch(/^[a-z0-9.-]+$/);
         const sandboxFqdn = `${cfg.hostnames.sandbox}.${domain}`;
         // Up, past its preflight (Python under emulation: give it time).
-        const passed = `airlock-hermes-preflight: Hermes ${HERMES_VERSION} runs every command over ssh as ${cfg.agent.user}@${sandboxFqdn} in /workspace`;
+        const passed = `airlock-hermes-preflight: Hermes ${HERMES_VERSION} runs every command over ssh as ${cfg.agent.user}@`;
+        const sandboxNamed = [`${passed}${sandboxFqdn} in /workspace`, `${passed}${tailnetIp("sandbox")} in /workspace`];
         let logs = "";
-        for (let i = 0; i < 60 && !logs.includes(passed); i++) {
+        for (let i = 0; i < 60 && !sandboxNamed.some((line) => logs.includes(line)); i++) {
             logs = asRoot("gateway", `${docker} logs airlock-agent 2>&1 | tail -20`).stdout;
-            if (!logs.includes(passed)) await new Promise((r) => setTimeout(r, 10_000));
+            if (!sandboxNamed.some((line) => logs.includes(line))) await new Promise((r) => setTimeout(r, 10_000));
         }
-        expect(logs).toContain(passed);
+        expect(sandboxNamed.some((line) => logs.includes(line)), logs).toBe(true);
+        expect(asRoot("gateway", "ssh -G -F /etc/airlock/agent/ssh_config sandbox | grep '^hostname '").stdout.trim()).toBe(`hostname ${tailnetIp("sandbox")}`);
         expect(asRoot("gateway", `${docker} inspect --format '{{.State.Running}}' airlock-agent`).stdout.trim()).toBe("true");
         // The sandbox's short name is the tailnet's alone: asked as it is (absolute), no public
         // resolver knows it (the twin's answers as Hetzner's would). The runtime's container has
@@ -465,7 +468,7 @@ describe.runIf(canRun)("the twin", () => {
         expect(broken.code, broken.stdout + broken.stderr).not.toBe(0);
     }, 30 * MINUTE);
 
-    it("replace: a new sandbox on the same volume keeps /workspace, matches the gateway's pinned host key, and the first command works", () => {
+    it("replace: a new sandbox on the same volume keeps /workspace, matches the gateway's pinned host key, and the first command works, though Tailscale named it NAME-1", () => {
         const content = crypto.randomBytes(16).toString("hex");
         expect(asAgent(`printf '%s' ${content} > /workspace/survivor && sync`).code).toBe(0);
         const before = readState(STACK)!.guests.sandbox!.instanceId;
@@ -479,6 +482,16 @@ describe.runIf(canRun)("the twin", () => {
         timings.firstAgentCommandAfterReplace = (Date.now() - firstStarted) / 1000;
         expect(first.stderr).not.toMatch(/REMOTE HOST IDENTIFICATION|Host key verification failed/);
         expect(first.stdout).toBe(content);
+        // Tailscale keeps the old node's name (the twin's coordinator too): the new sandbox is NAME-1,
+        // and the gateway reaches it because it follows the sandbox's tag, not its name.
+        type Peer = { DNSName: string; Tags?: string[]; Online: boolean; TailscaleIPs: string[] };
+        const peers = (Object.values(JSON.parse(asRoot("gateway", "tailscale status --json").stdout).Peer) as Peer[]).filter((p) => p.Tags?.includes(cfg.tailnet.sandboxTag));
+        const online = peers.filter((p) => p.Online);
+        expect(online.map((p) => p.DNSName.split(".")[0])).toEqual([`${cfg.hostnames.sandbox}-1`]);
+        expect(online[0].TailscaleIPs[0]).toBe(tailnetIp("sandbox"));
+        for (const config of ["/etc/ssh/ssh_config.d/20-airlock-sandbox.conf", "/etc/airlock/agent/ssh_config"]) {
+            expect(asRoot("gateway", `ssh -G -F ${config} sandbox | grep '^hostname '`).stdout.trim(), config).toBe(`hostname ${tailnetIp("sandbox")}`);
+        }
         const pinned = asRoot("gateway", "cat /etc/airlock/known_hosts").stdout.trim().split(/\s+/).slice(1, 3).join(" ");
         const served = asRoot("sandbox", "cat /etc/ssh/ssh_host_ed25519_key.pub").stdout.trim().split(/\s+/).slice(0, 2).join(" ");
         expect(served).toBe(pinned);

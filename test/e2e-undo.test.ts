@@ -10,7 +10,7 @@ import { BROKER_SOCKET_PATH, RenderedHost, SANDBOX_WRAPPER_PATH, SSHD_TEMPLATE_P
 import { checkpointClient, recordEntries, talk, TestBroker } from "./helpers/broker";
 import { CheckpointRig, startCheckpointRig } from "./helpers/checkpointRig";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
-import { editedStack, readmeSample, renderHosts, renderedFile, tempDir } from "./helpers/stacks";
+import { editedStack, readmeSample, renderHosts, renderedFile, sandboxSshConfigAt, tempDir } from "./helpers/stacks";
 import { agentSshArgs, enforceEgress, installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
 import { freeUid, isRoot, run, toolsAvailable } from "./helpers/tools";
 
@@ -123,7 +123,7 @@ describe.runIf(canRun)("the undo button through ssh", () => {
         sshd = spawnInNamespace(net.server, `exec /usr/sbin/sshd -D -e -f ${root}/etc/ssh/sshd_config`, path.join(clientDir, "sshd.log"));
         await waitForPort(net.client, net.serverTailnet, 22);
         gatewayConfig = path.join(clientDir, "ssh_config");
-        fs.writeFileSync(gatewayConfig, renderedFile(gateway, "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf"));
+        fs.writeFileSync(gatewayConfig, sandboxSshConfigAt(gateway, net.serverTailnet));
         fs.writeFileSync(path.join(clientDir, "known_hosts"), pinnedKnownHosts(gateway, hostPublicKey));
     }, 300_000);
 

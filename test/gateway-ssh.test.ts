@@ -3,7 +3,7 @@ import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { AUDIT_CONFIG_PATH, GATEWAY_ROOT_SANDBOX_KEY, SANDBOX_SSH_CONFIG_PATH } from "../components/render/hosts";
-import { renderHosts, renderedFile, stackFile, tempDir } from "./helpers/stacks";
+import { renderHosts, renderedFile, sandboxSshConfigAt, stackFile, tempDir } from "./helpers/stacks";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -31,7 +31,7 @@ describe.runIf(canRun)("root's ssh to the sandbox ignores the agent user's ~/.ss
         fs.chmodSync(dir, 0o755);
         const gateway = renderHosts(readStackFile(stackFile("dev"))).gateway;
         const clientConfig = path.join(dir, "20-airlock-sandbox.conf");
-        fs.writeFileSync(clientConfig, renderedFile(gateway, SANDBOX_SSH_CONFIG_PATH), { mode: 0o644 });
+        fs.writeFileSync(clientConfig, sandboxSshConfigAt(gateway, "airlock-dev-sandbox"), { mode: 0o644 });
         // Exactly what airlock-audit (and the backup library) runs, with this test's user and file.
         const rendered: string[] = JSON.parse(renderedFile(gateway, AUDIT_CONFIG_PATH)).ssh;
         expect(renderedFile(gateway, "/usr/local/lib/airlock/backup.sh")).toContain(rendered.join(" "));

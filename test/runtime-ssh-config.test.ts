@@ -6,8 +6,8 @@ import { afterAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { COMPOSE_TEMPLATE_PATH, SANDBOX_SSH_CONFIG_PATH } from "../components/render/hosts";
 import { AGENT_SERVICE, GATEWAY_AGENT_PATHS } from "../components/workloads/compose";
-import { renderedFile, renderHosts, stackFile, tempDir } from "./helpers/stacks";
-import { isRoot, TEST_TAILNET_DOMAIN, toolsAvailable, withTailnetValues } from "./helpers/tools";
+import { renderedFile, renderHosts, sandboxSshConfigAt, stackFile, tempDir } from "./helpers/stacks";
+import { isRoot, TEST_TAILNET_DOMAIN, toolsAvailable } from "./helpers/tools";
 
 /**
  * The runtime's container sees the gateway's pinned ssh config through the agent's rootless
@@ -26,8 +26,8 @@ describe.runIf(canRun)("the runtime's ssh config, owned by nobody as under rootl
     const cfg = readStackFile(stackFile("dev"));
     const gateway = renderHosts(cfg).gateway;
     // The runtime's, with the tailnet's domain as airlock-tailnet-render fills it at boot; the host's own.
-    const runtimeConfig = withTailnetValues(renderedFile(gateway, `${GATEWAY_AGENT_PATHS.sshConfig}.in`));
-    const hostConfig = renderedFile(gateway, SANDBOX_SSH_CONFIG_PATH);
+    const runtimeConfig = sandboxSshConfigAt(gateway, `${cfg.hostnames.sandbox}.${TEST_TAILNET_DOMAIN}`);
+    const hostConfig = sandboxSshConfigAt(gateway, `${cfg.hostnames.sandbox}.${TEST_TAILNET_DOMAIN}`);
     const compose = YAML.parse(renderedFile(gateway, COMPOSE_TEMPLATE_PATH));
     const work = tempDir("runtime-ssh-config");
     afterAll(() => fs.rmSync(work, { recursive: true, force: true }));

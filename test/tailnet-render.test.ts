@@ -3,7 +3,7 @@ import * as path from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import * as YAML from "yaml";
-import { COMPOSE_TEMPLATE_PATH } from "../components/render/hosts";
+import { COMPOSE_TEMPLATE_PATH, GATEWAY_KNOWN_HOSTS_PATH, SANDBOX_SSH_ALIAS, SANDBOX_SSH_CONFIG_PATH, SANDBOX_SSH_CONFIG_TEMPLATE } from "../components/render/hosts";
 import { AGENT_SERVICE, GATEWAY_AGENT_PATHS } from "../components/workloads/compose";
 import { renderedFile, renderHosts, stackFile, tempDir } from "./helpers/stacks";
 import { run, TEST_TAILNET_DOMAIN, TEST_TAILNET_IPV4, toolsAvailable } from "./helpers/tools";
@@ -26,10 +26,10 @@ describe.runIf(toolsAvailable("airlock-tailnet-render", ["jq", "bash"]))("airloc
         fs.writeFileSync(path.join(dir, "bin", "ip"), `#!/bin/sh\necho "3: tailscale0    inet ${TEST_TAILNET_IPV4}/32 scope global tailscale0"\n`, { mode: 0o755 });
     });
 
-    /** Renders `template` with a tailscale whose status names `suffix` as the tailnet's domain. */
-    function render(template: string, suffix: unknown) {
+    /** Renders `template` with a tailscale whose status names `suffix` as the tailnet's domain and these peers. */
+    function render(template: string, suffix: unknown, options: { peers?: Record<string, unknown>[]; args?: string[]; target?: string } = {}) {
         const bin = fs.mkdtempSync(path.join(dir, "case-"));
-        const status = JSON.stringify({ BackendState: "Running", MagicDNSSuffix: suffix });
+        const status = JSON.stringify({ BackendState: "Running", MagicDNSSuffix: suffix, Peer: Object.fromEntries((options.peers ?? []).map((p, i) => [`nodekey:${i}`, p])) });
         fs.writeFileSync(path.join(bin, "status.json"), status);
         fs.writeFileSync(
             path.join(bin, "tailscale"),
@@ -37,23 +37,75 @@ describe.runIf(toolsAvailable("airlock-tailnet-render", ["jq", "bash"]))("airloc
             { mode: 0o755 },
         );
         const input = path.join(bin, "template.in");
-        const output = path.join(bin, "rendered");
+        const output = options.target ?? path.join(bin, "rendered");
         fs.writeFileSync(input, template);
-        const result = run(script, [input, output], { env: { PATH: `${bin}:${path.join(dir, "bin")}:/usr/bin:/bin`, AIRLOCK_TAILNET_WAIT_SECONDS: "2" } });
+        const result = run(script, [...(options.args ?? []), input, output], { env: { PATH: `${bin}:${path.join(dir, "bin")}:/usr/bin:/bin`, AIRLOCK_TAILNET_WAIT_SECONDS: "2" } });
         return { ...result, written: fs.existsSync(output) ? fs.readFileSync(output, "utf8") : undefined, leftovers: fs.readdirSync(bin).filter((f) => f.startsWith("rendered")) };
     }
 
-    it("fills the tailnet's MagicDNS domain where the runtime's ssh config asks for it, and nowhere else", () => {
-        const sshConfig = renderedFile(gateway, `${GATEWAY_AGENT_PATHS.sshConfig}.in`);
-        expect(sshConfig).toContain("@TAILNET_DOMAIN@");
-        const result = render(sshConfig, TEST_TAILNET_DOMAIN);
+    /** The sandbox's ssh config as the gateway renders it (its own and the runtime's), with `peers` in the tailnet. */
+    const sandboxConfig = (peers: Record<string, unknown>[], options: { args?: string[]; target?: string } = {}) =>
+        render(renderedFile(gateway, SANDBOX_SSH_CONFIG_TEMPLATE), TEST_TAILNET_DOMAIN, { peers, ...options, args: ["--sandbox", "tag:airlock-dev-sandbox", "airlock-dev-sandbox", ...(options.args ?? [])] });
+    const peer = (ip: string, tags: string[], online: boolean, created: string, hostName = "airlock-dev-sandbox") => ({ HostName: hostName, DNSName: `${hostName}.${TEST_TAILNET_DOMAIN}.`, TailscaleIPs: [ip, "fd7a:115c:a1e0::1"], Tags: tags, Online: online, Created: created });
+
+    it("names the sandbox in the gateway's and the runtime's ssh config by the address of its node, found by its tag, not its name", () => {
+        // What a replaced sandbox leaves: the old node offline with the name, the new one online as NAME-1.
+        const result = sandboxConfig([
+            peer("100.100.7.2", ["tag:airlock-dev-sandbox"], false, "2026-12-01T10:00:00Z"),
+            peer("100.100.7.3", ["tag:airlock-dev-sandbox"], true, "2026-12-06T10:00:00Z", "airlock-dev-sandbox-1"),
+            peer("100.100.7.4", [], true, "2026-12-07T10:00:00Z"), // a person's laptop named like it, untagged
+            peer("100.100.7.5", ["tag:airlock-dev-gateway"], true, "2026-12-07T10:00:00Z"),
+        ]);
         expect(result.stderr).toBe("");
         expect(result.status).toBe(0);
         expect(result.written).not.toMatch(/@[A-Z_]+@/);
-        expect(result.written).toMatch(new RegExp(`^\tHostName airlock-dev-sandbox\.${TEST_TAILNET_DOMAIN.replaceAll(".", "\\.")}$`, "m"));
-        // The pin stays on the short name the stack's known_hosts line carries.
+        expect(result.written).toMatch(/^\tHostName 100\.100\.7\.3$/m);
+        // The pin stays on the short name the stack's known_hosts line carries, in the file the gateway pins it in.
         expect(result.written).toMatch(/^\tHostKeyAlias airlock-dev-sandbox$/m);
-        expect(result.stdout).toContain(`(domain ${TEST_TAILNET_DOMAIN})`);
+        expect(result.written).toContain(`\tUserKnownHostsFile ${GATEWAY_KNOWN_HOSTS_PATH}\n`);
+        expect(result.written).toContain(`\nHost ${SANDBOX_SSH_ALIAS} airlock-dev-sandbox\n`);
+        expect(result.stdout).toContain("(sandbox 100.100.7.3)");
+        // Both configs come from this one template.
+        const gatewayFiles = gateway.files.map((f) => f.path);
+        expect(gatewayFiles).toContain(SANDBOX_SSH_CONFIG_TEMPLATE);
+        expect(gatewayFiles).not.toContain(SANDBOX_SSH_CONFIG_PATH);
+        expect(gatewayFiles).not.toContain(GATEWAY_AGENT_PATHS.sshConfig);
+    });
+
+    it("names it by its full MagicDNS name while no node carries the tag (the gateway joined first), and prefers an online node to a newer offline one", () => {
+        const none = sandboxConfig([peer("100.100.7.4", [], true, "2026-12-07T10:00:00Z")]);
+        expect(none.status, none.stderr).toBe(0);
+        expect(none.written).toMatch(new RegExp(`^\tHostName airlock-dev-sandbox\.${TEST_TAILNET_DOMAIN.replaceAll(".", "\\.")}$`, "m"));
+        const online = sandboxConfig([peer("100.100.7.2", ["tag:airlock-dev-sandbox"], true, "2026-12-01T10:00:00Z"), peer("100.100.7.3", ["tag:airlock-dev-sandbox"], false, "2026-12-06T10:00:00Z")]);
+        expect(online.written).toMatch(/^\tHostName 100\.100\.7\.2$/m);
+    });
+
+    it.each([
+        ["outside 100.64.0.0/10", "192.0.2.7"],
+        ["a sed expression", "100.100.7.2/g;s/x"],
+    ])("refuses a sandbox address %s and writes nothing", (_, ip) => {
+        const result = sandboxConfig([peer(ip, ["tag:airlock-dev-sandbox"], true, "2026-12-06T10:00:00Z")]);
+        expect(result.status).toBe(1);
+        expect(result.leftovers).toEqual([]);
+    });
+
+    it("--if-changed leaves an identical file alone; --in-place keeps the file's inode (the runtime's container has it bind-mounted)", () => {
+        const target = path.join(fs.mkdtempSync(path.join(dir, "target-")), "ssh_config");
+        const peers = [peer("100.100.7.3", ["tag:airlock-dev-sandbox"], true, "2026-12-06T10:00:00Z")];
+        expect(sandboxConfig(peers, { target }).status).toBe(0);
+        const before = fs.statSync(target);
+        const same = sandboxConfig(peers, { target, args: ["--if-changed", "--in-place"] });
+        expect(same.status, same.stderr).toBe(0);
+        expect(same.stdout).toBe("");
+        expect(fs.statSync(target).mtimeMs).toBe(before.mtimeMs);
+        const moved = sandboxConfig([...peers, peer("100.100.7.9", ["tag:airlock-dev-sandbox"], true, "2026-12-06T11:00:00Z")], { target, args: ["--if-changed", "--in-place"] });
+        expect(moved.status, moved.stderr).toBe(0);
+        expect(fs.statSync(target).ino).toBe(before.ino);
+        expect(fs.readFileSync(target, "utf8")).toMatch(/^\tHostName 100\.100\.7\.9$/m);
+        expect(fs.readdirSync(path.dirname(target))).toEqual(["ssh_config"]);
+    });
+
+    it("the compose file and the runtime's container need no tailnet domain", () => {
         // The runtime's container gets no search domain: a short name is never completed by one.
         const compose = renderedFile(gateway, COMPOSE_TEMPLATE_PATH);
         expect(compose).not.toContain("@TAILNET_DOMAIN@");

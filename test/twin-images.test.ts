@@ -19,8 +19,8 @@ import { twinResolverUpstreams } from "../twin/userdata";
 import { startDockerd, TestDocker } from "./helpers/dockerd";
 import { inNamespace } from "./helpers/netns";
 import { pinnedKnownHosts } from "./helpers/sshdRig";
-import { deployedValues, editedStack, renderedFile, renderHosts, resourceNamed, SHIPPED_STACKS, stackFile } from "./helpers/stacks";
-import { installFiles, isRoot, run, toolsAvailable, withTailnetValues } from "./helpers/tools";
+import { deployedValues, editedStack, renderHosts, resourceNamed, sandboxSshConfigAt, SHIPPED_STACKS, stackFile } from "./helpers/stacks";
+import { installFiles, isRoot, run, TEST_TAILNET_DOMAIN, toolsAvailable, withTailnetValues } from "./helpers/tools";
 
 /**
  * The twin's images and registry, for real: every image the shipped stacks run is
@@ -241,7 +241,7 @@ describe.runIf(canRun)("the twin's images and registry", () => {
         // The gateway's rendered files (ssh config, Hermes's managed files...) under a root of the test's own.
         installFiles(renderHosts(prod).gateway, root);
         // The runtime's ssh config, as airlock-tailnet-render writes it at boot.
-        fs.writeFileSync(path.join(root, GATEWAY_AGENT_PATHS.sshConfig), withTailnetValues(renderedFile(renderHosts(prod).gateway, `${GATEWAY_AGENT_PATHS.sshConfig}.in`)), { mode: 0o644 });
+        fs.writeFileSync(path.join(root, GATEWAY_AGENT_PATHS.sshConfig), sandboxSshConfigAt(renderHosts(prod).gateway, `${prod.hostnames.sandbox}.${TEST_TAILNET_DOMAIN}`), { mode: 0o644 });
         // The sandbox's host key pinned as at deploy (the runtime's preflight refuses a known_hosts that pins none).
         const hostKey = path.join(dir, "sandbox_host_ed25519");
         expect(run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", hostKey]).status).toBe(0);

@@ -293,7 +293,7 @@ describe.runIf(canRun)("the twin's Tailscale stand-in (namespaces, WireGuard, th
         expect(inNamespace(nodes.gateway.ns, ["ping", "-c", "1", "-W", "3", before]).status).toBe(0);
     }, 30_000);
 
-    it("a replaced sandbox (a new server, a new key, the old one gone without a word) takes over the name: the gateway finds and reaches the new one", async () => {
+    it("a replaced sandbox (a new server, a new key, the old one gone without a word) is NAME-1 while the old node keeps the name, as Tailscale names it; the gateway finds the new one by its tag and reaches it", async () => {
         const old = tailnetIp(nodes.sandbox).stdout.trim();
         // Destroyed, as a server is: no logout, no cleanup.
         nodes.sandbox.daemon!.kill("SIGKILL");
@@ -316,13 +316,17 @@ describe.runIf(canRun)("the twin's Tailscale stand-in (namespaces, WireGuard, th
         expect(joined.stderr).toBe("");
         const fresh = tailnetIp(nodes.sandbox).stdout.trim();
         expect(fresh).not.toBe(old);
+        const sandboxes = (await coordinator.nodes()).filter((n) => n.tags.includes(SANDBOX_TAG));
+        expect(sandboxes.map((n) => [n.name, n.online])).toEqual([[SANDBOX_HOST, false], [`${SANDBOX_HOST}-1`, true]]);
+        // The name still leads to the old node; its tag, in the gateway's status, to the new one.
+        expect(tailnetIp(nodes.gateway, SANDBOX_HOST).stdout.trim()).toBe(old);
         let seen = "";
         for (let i = 0; i < 50 && seen !== fresh; i++) {
-            seen = tailnetIp(nodes.gateway, SANDBOX_HOST).stdout.trim();
+            const peers = Object.values(JSON.parse(cli(nodes.gateway, ["status", "--json"]).stdout).Peer) as { Tags?: string[]; Online: boolean; TailscaleIPs: string[] }[];
+            seen = peers.find((p) => p.Online && p.Tags?.includes(SANDBOX_TAG))?.TailscaleIPs[0] ?? "";
             if (seen !== fresh) await sleep(200);
         }
         expect(seen).toBe(fresh);
-        expect((await coordinator.nodes()).filter((n) => n.tags.includes(SANDBOX_TAG)).map((n) => n.name)).toEqual([SANDBOX_HOST]);
         expect(inNamespace(nodes.gateway.ns, ["ping", "-c", "1", "-W", "3", fresh]).status).toBe(0);
     }, 60_000);
 });

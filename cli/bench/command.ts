@@ -12,7 +12,7 @@ import { SANDBOX_WRAPPER_PATH, SSHD_TEMPLATE_PATH } from "../../components/rende
 import { renderSandboxCompose } from "../../components/workloads/compose";
 import { importTestImage, startDockerd } from "../../test/helpers/dockerd";
 import { createTestNet, spawnInNamespace, waitForPort, inNamespace } from "../../test/helpers/netns";
-import { editedStack, renderHosts, renderedFile } from "../../test/helpers/stacks";
+import { editedStack, renderHosts, sandboxSshConfigAt } from "../../test/helpers/stacks";
 import { enforceEgress, installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "../../test/helpers/sshdRig";
 import { hasCommand, isRoot, run } from "../../test/helpers/tools";
 
@@ -135,7 +135,7 @@ export async function commandCost(runs: number, secondsPerSeries: number, log: (
         await waitForPort(net.client, net.serverTailnet, 22);
 
         const sshConfig = path.join(clientDir, "ssh_config");
-        fs.writeFileSync(sshConfig, renderedFile(hosts.gateway, "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf"));
+        fs.writeFileSync(sshConfig, sandboxSshConfigAt(hosts.gateway, net.serverTailnet));
         fs.writeFileSync(path.join(clientDir, "known_hosts"), pinnedKnownHosts(hosts.gateway, hostPublicKey));
         const sshArgs = (extra: string) =>
             `ssh ${extra} -F ${sshConfig} -o HostName=${net.serverTailnet} -o IdentityFile=${clientKey} -o UserKnownHostsFile=${clientDir}/known_hosts -o ControlPath=${clientDir}/cm-%C sandbox true`;

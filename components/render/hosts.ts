@@ -1,6 +1,6 @@
 import * as path from "node:path";
 import * as YAML from "yaml";
-import { HERMES_RUNTIME, TAILNET_AUTH_KEY_PATH, TAILNET_AUTH_KEY_PLACEHOLDER, TAILNET_DOMAIN_PLACEHOLDER } from "../../policies/contract";
+import { HERMES_RUNTIME, TAILNET_AUTH_KEY_PATH, TAILNET_AUTH_KEY_PLACEHOLDER } from "../../policies/contract";
 import { AGENT_SUBORDINATE_IDS, type StackConfig } from "../config/schema";
 import { GITHUB_APP_KEY_SECRET } from "../config/automation";
 import {
@@ -98,16 +98,16 @@ const script = (path: string, template: string, vars: Record<string, string> = {
 
 const config = (path: string, template: string, vars: Record<string, string> = {}): HostFile => fromTemplate(path, template, vars, "0644");
 
-/** The gateway's ssh client config for the sandbox, naming it `hostName` (the host key is pinned for the short name). */
-function sandboxSshConfig(cfg: StackConfig, path: string, installedAs: string, hostName: string): HostFile {
-    return config(path, "ssh/sandbox.ssh_config", {
-        installedAs,
-        sshAlias: SANDBOX_SSH_ALIAS,
+/**
+ * The gateway's ssh client config for the sandbox, a template whose HostName airlock-tailnet-render
+ * fills with the sandbox's current tailnet address (the host key is pinned for its name).
+ */
+function sandboxSshConfig(cfg: StackConfig): HostFile {
+    // Its alias (SANDBOX_SSH_ALIAS), address placeholder and known_hosts (GATEWAY_KNOWN_HOSTS_PATH) are in the template.
+    return config(SANDBOX_SSH_CONFIG_TEMPLATE, "ssh/sandbox.ssh_config", {
         sandboxHost: cfg.hostnames.sandbox,
-        hostName,
         agentUser: cfg.agent.user,
         sendEnv: cfg.agent.envAllowlist.join(" "),
-        knownHosts: GATEWAY_KNOWN_HOSTS_PATH,
     });
 }
 
@@ -290,16 +290,24 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
     // The resolver's and the runtime's filesystems and secrets exist before the compose file is checked and started.
     const runtimeUnits = ["airlock-resolver-state.service", ...agentUnits(cfg), ...(cfg.gateway.github ? ["airlock-github-token.socket", "airlock-github-token-revoke.timer"] : [])];
     const compose = renderGatewayCompose(cfg, images);
+    // Both ssh configs for the sandbox are rendered by airlock-sandbox-address at boot (from
+    // airlock-tailnet-config) and whenever the sandbox's node changes (its timer); the runtime's
+    // in place: its container has the file, not the folder, bind-mounted.
+    const runtimeSshConfig = cfg.gateway.agent
+        ? `ExecStart=${RENDER} --mode 0644 --sandbox ${cfg.tailnet.sandboxTag} ${cfg.hostnames.sandbox} --if-changed --in-place ${SANDBOX_SSH_CONFIG_TEMPLATE} ${GATEWAY_AGENT_PATHS.sshConfig}`
+        : "";
     const files: HostFile[] = [
         // The runtime's units order themselves before the compose check and the user manager
         // (Before=), without being required: a runtime that cannot start must not stop DNS.
         ...commonFiles(cfg, "gateway", {
             compose,
             tailnetConfig: [
-                ...(cfg.gateway.agent ? [`${RENDER} --mode 0644 ${GATEWAY_AGENT_PATHS.sshConfig}.in ${GATEWAY_AGENT_PATHS.sshConfig}`] : []),
+                "/usr/bin/systemctl start airlock-sandbox-address.service",
                 renderCompose,
                 `${RENDER} --mode 0644 ${ROOTLESS_PUBLISH_LIST}.in ${ROOTLESS_PUBLISH_LIST}`,
             ],
+            // Follows the sandbox from now on (a replaced one is a new node): every boot, not enabled.
+            tailnetConfigPost: ["/usr/bin/systemctl start --no-block airlock-sandbox-address.timer"],
             workloadsPre,
             dockerSearchPath: [ROOTLESS_PUBLISH_DIR],
             dockerdFlags: [`--config-file=${GATEWAY_DOCKER_CONFIG}`],
@@ -314,7 +322,13 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
             content: cfg.gateway.adminSshKeys.map((key) => `${key}\n`).join(""),
             permissions: "0644",
         },
-        sandboxSshConfig(cfg, SANDBOX_SSH_CONFIG_PATH, `${SANDBOX_SSH_CONFIG_PATH} (the host's: found by the search domain Tailscale gives the host)`, cfg.hostnames.sandbox),
+        sandboxSshConfig(cfg),
+        config("/etc/systemd/system/airlock-sandbox-address.service", "systemd/airlock-sandbox-address.service", {
+            sandboxTag: cfg.tailnet.sandboxTag,
+            sandboxName: cfg.hostnames.sandbox,
+            runtimeConfig: runtimeSshConfig,
+        }),
+        config("/etc/systemd/system/airlock-sandbox-address.timer", "systemd/airlock-sandbox-address.timer"),
         {
             // The sandbox's host key, pinned: filled at deploy with the key the stack generated.
             path: GATEWAY_KNOWN_HOSTS_PATH,
@@ -428,14 +442,6 @@ function agentRuntimeFiles(cfg: StackConfig): HostFile[] {
                 }),
             ),
         }),
-        // The runtime's ssh config names the sandbox by its full MagicDNS name (the domain filled
-        // at boot): its container has no search domain, so no short name is ever completed by one.
-        sandboxSshConfig(
-            cfg,
-            `${GATEWAY_AGENT_PATHS.sshConfig}.in`,
-            `${GATEWAY_AGENT_PATHS.sshConfig} (the agent runtime's, mounted as its system ssh_config)`,
-            `${cfg.hostnames.sandbox}.${TAILNET_DOMAIN_PLACEHOLDER}`,
-        ),
         config(GATEWAY_AGENT_PATHS.hermesUserEnv, "agent/hermes-user.env"),
         config("/etc/systemd/system/airlock-agent-key.service", "systemd/airlock-agent-key.service", { agentUid: String(cfg.agent.uid) }),
         script(GATEWAY_AGENT_PATHS.secretsTool, "agent/secrets", {
@@ -547,6 +553,8 @@ export const AUDIT_CONFIG_PATH = "/etc/airlock/audit.json";
 
 /** The gateway's ssh client settings for the sandbox (pinned host key, modern algorithms). */
 export const SANDBOX_SSH_CONFIG_PATH = "/etc/ssh/ssh_config.d/20-airlock-sandbox.conf";
+/** Its template, filled by airlock-tailnet-render (airlock-tailnet-config, airlock-sandbox-address). */
+export const SANDBOX_SSH_CONFIG_TEMPLATE = "/etc/airlock/sandbox.ssh_config.in";
 /** The Host alias that config answers to (besides the sandbox's hostname): the runtime's terminal host. */
 export const SANDBOX_SSH_ALIAS = "sandbox";
 /** Hermes's per-command timeout, its own default. */

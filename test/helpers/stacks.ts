@@ -6,7 +6,7 @@ import * as YAML from "yaml";
 import { OFFLINE_DIGEST, planStack, PlanOptions, StackPlan } from "../../cli/offline";
 import { PINNED_BY_DIGEST, StackConfig } from "../../components/config/schema";
 import { renderBundle } from "../../components/render/bundle";
-import { renderGateway, RenderedHost, renderSandbox } from "../../components/render/hosts";
+import { renderGateway, RenderedHost, renderSandbox, SANDBOX_SSH_CONFIG_TEMPLATE } from "../../components/render/hosts";
 import type { ResolvedImages } from "../../components/workloads/compose";
 import { configuredImages } from "../../components/workloads/images";
 
@@ -99,6 +99,11 @@ export function renderedFile(host: RenderedHost, hostPath: string): string {
     const found = host.files.find((f) => f.path === hostPath);
     if (!found) throw new Error(`${host.hostname} renders no ${hostPath}`);
     return found.content;
+}
+
+/** The gateway's ssh config for the sandbox as airlock-tailnet-render --sandbox fills it: `address` is its node's, or its full MagicDNS name. */
+export function sandboxSshConfigAt(gateway: RenderedHost, address: string): string {
+    return renderedFile(gateway, SANDBOX_SSH_CONFIG_TEMPLATE).replaceAll("@SANDBOX_ADDRESS@", address);
 }
 
 /**
