@@ -57,15 +57,18 @@ describe.runIf(canRun)("the twin", () => {
     const suiteStarted = Date.now();
 
     /** `airlock twin ...` as a user runs it. */
-    function twin(args: string[], timeoutMs = 5 * MINUTE) {
+    function twin(args: string[], timeoutMs = 5 * MINUTE, input = "") {
         const result = spawnSync(process.execPath, [path.join(ROOT, "cli", "airlock.js"), "--stacks-dir", stacksDir, "twin", ...args], {
             cwd: ROOT,
             encoding: "utf8",
             timeout: timeoutMs,
+            input,
         });
         return { code: result.status, stdout: result.stdout, stderr: result.stderr };
     }
     const asRoot = (role: "gateway" | "sandbox", command: string, timeoutMs?: number) => twin(["exec", role, "--stack", STACK, "--", command], timeoutMs);
+    /** On the operator's laptop (`airlock twin operator`): the README's steps as written, over the tailnet. */
+    const asOperator = (command: string, input = "", timeoutMs = 5 * MINUTE) => twin(["operator", "--stack", STACK, "--", command], timeoutMs, input);
     const asAgent = (command: string, env: string[] = [], timeoutMs?: number) => twin(["agent", "--stack", STACK, ...env.flatMap((e) => ["--env", e]), "--", command], timeoutMs);
     /** From the twin's namespace: the internet, as far as the guests can tell. */
     const fromOutside = (command: string) => spawnSync("ip", ["netns", "exec", twinNetns(STACK), "bash", "-c", command], { encoding: "utf8", timeout: 30_000 });
@@ -113,6 +116,8 @@ describe.runIf(canRun)("the twin", () => {
             // shell took over four minutes); no test here drives it. Its service runs for real in
             // e2e-docker (its own network, hardened) and rootless publishing in e2e-rootless-publish.
             config["airlock:workloads"].browser = { enabled: false };
+            // One runtime secret, delivered by the operator with `airlock secrets push` (README).
+            config["airlock:gateway"].agent.secrets = { ANTHROPIC_API_KEY: { secure: "v1:twin" } };
         }, stacksDir);
         fs.renameSync(stackFile, path.join(stacksDir, `Pulumi.${STACK}.yaml`));
         stackFile = path.join(stacksDir, `Pulumi.${STACK}.yaml`);
@@ -209,6 +214,8 @@ describe.runIf(canRun)("the twin", () => {
             const booted = decodeUserData(sent).text;
             expect(asRoot(role, "cloud-init query userdata").stdout).toBe(`${booted}\n`);
             for (const change of substitutions(planned, booted)) {
+                // The twin's operator key, added beside the stack's (twin/operator.ts).
+                if (role === "gateway" && change.planned === "" && / twin-operator$/.test(change.twin)) continue;
                 expect(
                     /@TAILNET_AUTH_KEY@|@BUNDLE_URL@|@sha256:0{64}|@SANDBOX_HOST_(PUBLIC_)?KEY@|"fingerprint":"[0-9A-F]{40}"|^\s+restrict ssh-ed25519 |"@SANDBOX_SHELL_IMAGE@"|^\s+(upstream_dns|bootstrap_dns): \[/.test(change.planned),
                     `unexplained change:\n- ${change.planned}\n+ ${change.twin}`,
@@ -256,6 +263,26 @@ describe.runIf(canRun)("the twin", () => {
         expect(asRoot("sandbox", probe(gatewayIp, 22)).stdout.trim()).not.toBe("open");
         // The gateway's sshd is up (its admin's door): what the sandbox cannot reach exists.
         expect(asRoot("gateway", probe(gatewayIp, 22)).stdout.trim()).toBe("open");
+    }, 10 * MINUTE);
+
+    it("the operator's laptop reaches the gateway's operator login over the tailnet, by its MagicDNS name, with sudo, and nothing else of either host", () => {
+        const gateway = `${cfg.gateway.adminUser}@${cfg.hostnames.gateway}`;
+        const login = asOperator(`ssh ${gateway} 'sudo -n true && id -un'`);
+        expect(login.stdout.trim(), login.stderr).toBe(cfg.gateway.adminUser);
+        // README, first deployment: the agent's public key from the console log, read as the operator.
+        const printed = asOperator(`ssh ${gateway} "sudo grep -h 'airlock: gateway agent public key' /var/log/cloud-init-output.log"`);
+        expect(printed.stdout, printed.stderr).toMatch(/^airlock: gateway agent public key: ssh-ed25519 AAAA\S+/m);
+        // The policy's operator grant is the gateway's 22 alone; the public address is behind the firewall.
+        const sandboxIp = tailnetIp("sandbox");
+        const gatewayIp = tailnetIp("gateway");
+        const probes = asOperator([[gatewayIp, 22], [gatewayIp, 10053], [sandboxIp, 22], [sandboxIp, 9222], [GUESTS.gateway.address, 22]].map(([host, port]) => `echo "$(${probe(String(host), Number(port))})"`).join("; "));
+        expect(probes.stdout.trim().split("\n"), probes.stderr).toEqual(["open", "timeout", "timeout", "timeout", "timeout"]);
+        // And the guest's own view: the operator's device is a tailnet peer owned by a user, not a tag.
+        type Peer = { HostName: string; Tags?: string[]; TailscaleIPs: string[] };
+        const peers = Object.values(JSON.parse(asRoot("gateway", "tailscale status --json").stdout).Peer) as Peer[];
+        const laptop = peers.find((p) => p.HostName === "operator-laptop");
+        expect(laptop, JSON.stringify(peers)).toBeDefined();
+        expect(laptop!.Tags ?? []).toEqual([]);
     }, 10 * MINUTE);
 
     it("twin agent runs in agent-sandbox-shell, in /workspace, under rootless Docker; only allowlisted variables cross; no PTY, forwarding or sftp", () => {
@@ -440,16 +467,24 @@ describe.runIf(canRun)("the twin", () => {
     }, 5 * MINUTE);
 
     it("backups and the restore drill pass against the twin's B2 stand-in, and the drill fails once the stand-in's data is truncated", () => {
-        // The operator's step (README "Backups"): credentials delivered, each repository initialised once.
+        // The operator's step (README "Backups"), from their laptop over the tailnet: credentials
+        // delivered to the operator login, each repository initialised once (the twin's stand-in
+        // speaks restic's REST protocol, so the lines are RESTIC_REPOSITORY and the password).
         const password = ["restic", crypto.randomBytes(12).toString("hex")].join("-");
-        const deliver = ["gateway", "sandbox"]
-            .map((repo) => `printf 'RESTIC_REPOSITORY=rest:${BACKUP_URL}/${repo}/\\nRESTIC_PASSWORD=%s\\n' '${password}' > /etc/airlock/backup/${repo}.env`)
-            .join(" && ");
-        expect(asRoot("gateway", `install -d -m 0700 /etc/airlock/backup && umask 077 && ${deliver}`).code).toBe(0);
-        for (const repo of ["gateway", "sandbox"]) {
-            const init = asRoot("gateway", `airlock-backup-init ${repo}`, 5 * MINUTE);
-            expect(init.code, init.stderr).toBe(0);
-        }
+        const gateway = `${cfg.gateway.adminUser}@${cfg.hostnames.gateway}`;
+        const steps = [
+            "set -e",
+            "read -r password",
+            "for m in gateway sandbox; do",
+            `  printf 'RESTIC_REPOSITORY=%s\\nRESTIC_PASSWORD=%s\\n' "rest:${BACKUP_URL}/$m/" "$password" |`,
+            `    ssh ${gateway} "sudo install -D -m 0600 /dev/stdin /etc/airlock/backup/$m.env"`,
+            `  ssh ${gateway} "sudo airlock-backup-init $m"`,
+            "done",
+        ].join("\n");
+        const init = asOperator(steps, `${password}\n`, 10 * MINUTE);
+        expect(init.code, init.stdout + init.stderr).toBe(0);
+        expect(init.stdout.match(/[0-9a-f]{64}/g) ?? [], init.stdout).toHaveLength(2);
+        expect(asRoot("gateway", "stat -c '%U %a' /etc/airlock/backup/gateway.env /etc/airlock/backup/sandbox.env").stdout.trim().split("\n")).toEqual(["root 600", "root 600"]);
         expect(asAgent("mkdir -p /workspace/drill && seq 1 2000 > /workspace/drill/numbers && echo kept > /workspace/drill/note").code).toBe(0);
         for (const unit of ["airlock-backup-gateway.service", "airlock-backup-sandbox.service"]) {
             const backup = asRoot("gateway", `systemctl start ${unit}; systemctl is-failed ${unit}; journalctl -u ${unit} --no-pager | tail -5`, 10 * MINUTE);
@@ -467,6 +502,20 @@ describe.runIf(canRun)("the twin", () => {
         const broken = asRoot("gateway", "airlock-restore-drill", 10 * MINUTE);
         expect(broken.code, broken.stdout + broken.stderr).not.toBe(0);
     }, 30 * MINUTE);
+
+    it("the operator pushes the runtime's secrets from their laptop (airlock secrets push): the gateway holds them, root-only, and the runtime has them", () => {
+        const value = ["sk", "ant", crypto.randomBytes(12).toString("hex")].join("-");
+        const airlock = `node ${shq(path.join(ROOT, "cli", "airlock.js"))} --stacks-dir ${shq(stacksDir)}`;
+        const pushed = asOperator(`${airlock} secrets push --stack ${STACK} --stdin`, JSON.stringify({ ANTHROPIC_API_KEY: value }), 10 * MINUTE);
+        expect(pushed.code, pushed.stdout + pushed.stderr).toBe(0);
+        expect(pushed.stdout + pushed.stderr).not.toContain(value);
+        const status = asOperator(`${airlock} secrets status --stack ${STACK}`);
+        expect(status.stdout, status.stderr).toMatch(/1 of 1 declared secrets present/);
+        // The runtime's container has it; the agent user on the gateway cannot read where it rests.
+        const runtime = asRoot("gateway", `runuser -u ${cfg.agent.user} -- env XDG_RUNTIME_DIR=/run/user/${cfg.agent.uid} DOCKER_HOST=unix:///run/user/${cfg.agent.uid}/docker.sock sh -c 'for c in $(docker ps -q); do docker exec "$c" printenv ANTHROPIC_API_KEY 2>/dev/null; done'`);
+        expect(runtime.stdout.trim().split("\n")).toContain(value);
+        expect(asRoot("gateway", `runuser -u ${cfg.agent.user} -- cat /etc/airlock/agent/secrets.json 2>&1`).stdout).not.toContain(value);
+    }, 15 * MINUTE);
 
     it("replace: a new sandbox on the same volume keeps /workspace, matches the gateway's pinned host key, and the first command works, though Tailscale named it NAME-1", () => {
         const content = crypto.randomBytes(16).toString("hex");
@@ -500,7 +549,8 @@ describe.runIf(canRun)("the twin", () => {
         const refused = asRoot("gateway", "systemctl start airlock-audit-pull.service; journalctl -u airlock-audit-pull.service -n 50 --no-pager", 5 * MINUTE);
         const chain = /accept-chain ([0-9a-f]{32})/.exec(refused.stdout)?.[1];
         expect(chain, refused.stdout).toBeDefined();
-        expect(asRoot("gateway", `/usr/local/sbin/airlock-audit accept-chain ${chain}`).code).toBe(0);
+        const accepted = asOperator(`ssh ${cfg.gateway.adminUser}@${cfg.hostnames.gateway} "sudo airlock-audit accept-chain ${chain}"`);
+        expect(accepted.code, accepted.stderr).toBe(0);
         const pulled = asRoot("gateway", "systemctl start airlock-audit-pull.service; systemctl is-failed airlock-audit-pull.service", 5 * MINUTE);
         expect(pulled.stdout.trim(), pulled.stderr).toBe("inactive");
     }, 35 * MINUTE);

@@ -404,8 +404,8 @@ describe.runIf(toolsAvailable("the coordinator's packet filters", ["python3"]))(
 
 describe.runIf(toolsAvailable("the coordinator's keys and nodes", ["python3"]))("the coordinator's keys and nodes, as Tailscale's control plane keeps them (no namespaces)", () => {
     /** Runs `steps` (python, with `tailnet`, `register(key, hostname, tags)`, `clock` and `coordinator` in scope) against the rendered policy; prints its JSON result. */
-    const scenario = (steps: string, keys: Record<string, unknown> = {}) => {
-        const policy = tailnetPolicyText(renderTailnetPolicy({ gatewayTag: GATEWAY_TAG, sandboxTag: SANDBOX_TAG, tagOwners: ["autogroup:admin"], operators: ["autogroup:admin"] }));
+    const scenario = (steps: string, keys: Record<string, unknown> = {}, operators = ["autogroup:admin"]) => {
+        const policy = tailnetPolicyText(renderTailnetPolicy({ gatewayTag: GATEWAY_TAG, sandboxTag: SANDBOX_TAG, tagOwners: ["autogroup:admin"], operators }));
         const program = [
             "import importlib.machinery, importlib.util, json, sys, tempfile, time",
             `loader = importlib.machinery.SourceFileLoader("coordinator", ${JSON.stringify(path.join(TWIN, "coordinator"))})`,
@@ -445,6 +445,22 @@ describe.runIf(toolsAvailable("the coordinator's keys and nodes", ["python3"]))(
             { early: { tags: [SANDBOX_TAG], ephemeral: true, expirySeconds: 1800 }, late: { tags: [GATEWAY_TAG], expirySeconds: 1800 } },
         );
         expect(answers).toEqual([200, [401, { error: "invalid key: API key does not exist" }], [401, { error: "invalid key: API key has already been used" }]]);
+    });
+
+    it("a key without tags is its user's: the node is theirs (login, role), the policy's operators (a role autogroup, a login) reach the gateway's 22 from it and nothing of the sandbox; a tagged node is nobody's", () => {
+        const users = { u: { tags: [], user: "alice@example.com", role: "admin" }, m: { tags: [], user: "bob@example.com", role: "member" }, t: { tags: [SANDBOX_TAG], user: "alice@example.com", role: "admin" }, g: { tags: [GATEWAY_TAG] } };
+        const steps = [
+            "refused = [tailnet.add_key('nouser', {'tags': []}), tailnet.add_key('badrole', {'tags': [], 'user': 'carol@example.com', 'role': 'superuser'})]",
+            "nodes = {k: tailnet.nodes[register(k, h, [])[1]['nodeId']] for k, h in [('u', 'alice-laptop'), ('m', 'bob-laptop'), ('t', 'airlock-dev-sandbox'), ('g', 'airlock-dev-gateway')]}",
+            "admitted = lambda dst: sorted(k for k, n in nodes.items() if any(r['proto'] == 'tcp' and (22, 22) in r['ports'] and n.addresses()[0] in r['srcs'] for r in tailnet.packet_filter(nodes[dst])))",
+            "print(json.dumps([refused, nodes['u'].describe('t.ts.net')['user'], nodes['t'].describe('t.ts.net')['user'], admitted('g'), admitted('t')]))",
+        ].join("\n");
+        const byRole = scenario(steps, users);
+        expect(byRole[0]).toEqual(["a key without tags needs the login of the user who made it", expect.stringMatching(/^role 'superuser' is not one of Tailscale's \(/)]);
+        expect(byRole.slice(1)).toEqual(["alice@example.com", null, ["u"], ["g"]]);
+        // By login: bob (a member) and nobody else; autogroup:member: every user's device, no tagged one.
+        expect(scenario(steps, users, ["bob@example.com"]).slice(3)).toEqual([["m"], ["g"]]);
+        expect(scenario(steps, users, ["autogroup:member"]).slice(3)).toEqual([["m", "u"], ["g"]]);
     });
 
     it("an ephemeral node offline for 30 minutes is removed; a non-ephemeral one stays; nodes say when they were created", () => {

@@ -24,6 +24,7 @@ describe("the twin's user_data", () => {
     let twin: TwinDeployment;
     const hostKey = { pub: "", priv: "" };
     const agentKey = { pub: "" };
+    const operatorKey = { pub: "" };
     // Secret-shaped values, built at run time.
     const joinKeys = { gateway: ["tskey", "auth", "twin", "gw"].join("-"), sandbox: ["tskey", "auth", "twin", "sb"].join("-") };
     const digest = (reference: string) => `sha256:${Buffer.from(reference).toString("hex").padEnd(64, "f").slice(0, 64)}`;
@@ -34,6 +35,7 @@ describe("the twin's user_data", () => {
         for (const [name, target] of [
             ["host", hostKey],
             ["agent", agentKey],
+            ["operator", operatorKey],
         ] as const) {
             const file = path.join(dir, name);
             expect(spawnSync("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-C", "", "-f", file]).status).toBe(0);
@@ -46,7 +48,7 @@ describe("the twin's user_data", () => {
         twin = await renderDeployment(
             STACK_FILE,
             STACK,
-            { joinKeys, digestOf: digest, sandboxHostKey: { publicKeyOpenssh: `${hostKey.pub}\n`, privateKeyOpenssh: hostKey.priv }, agentPublicKey: `${agentKey.pub} twin-gateway-agent` },
+            { joinKeys, digestOf: digest, sandboxHostKey: { publicKeyOpenssh: `${hostKey.pub}\n`, privateKeyOpenssh: hostKey.priv }, agentPublicKey: `${agentKey.pub} twin-gateway-agent`, operatorPublicKey: operatorKey.pub },
             path.join(dir, "render"),
         );
         for (const role of ROLES) twin.documents[role] = pinTailscaleKey(twin.documents[role], fingerprint);
@@ -71,6 +73,11 @@ describe("the twin's user_data", () => {
         const changes = substitutions(planned[role], twin.documents[role]);
         const kinds = new Set<string>();
         for (const change of changes) {
+            // The one line added: the twin operator's key beside the stack's operator keys (twin/operator.ts).
+            if (role === "gateway" && change.planned === "" && change.twin === `    ${operatorKey.pub} twin-operator`) {
+                kinds.add("operator's key");
+                continue;
+            }
             const want = expected(role, change.planned);
             expect(want, `unexplained change in the ${role}'s user_data:\n- ${change.planned}\n+ ${change.twin}`).toBeDefined();
             expect(change.twin).toBe(want!.line);
@@ -78,10 +85,10 @@ describe("the twin's user_data", () => {
         }
         const always = ["join key", "image digest", "Tailscale key fingerprint", "bundle URL"];
         expect([...kinds].sort()).toEqual(
-            (role === "gateway" ? [...always, "sandbox host public key", "resolver upstreams"] : [...always, "sandbox host key", "sandbox host public key", "agent's authorized key"]).sort(),
+            (role === "gateway" ? [...always, "sandbox host public key", "resolver upstreams", "operator's key"] : [...always, "sandbox host key", "sandbox host public key", "agent's authorized key"]).sort(),
         );
-        // Same length in lines: nothing added or dropped.
-        expect(twin.documents[role].split("\n").length).toBe(planned[role].split("\n").length);
+        // Same length in lines: nothing added (but the operator's key) or dropped.
+        expect(twin.documents[role].split("\n").length).toBe(planned[role].split("\n").length + (role === "gateway" ? 1 : 0));
     });
 
     it("would notice a change that is not a deploy-time value", () => {

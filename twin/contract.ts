@@ -16,6 +16,8 @@ export const HOST_ADDRESS = "10.77.0.1";
 export const REGISTRY_ADDRESS = "10.77.0.2";
 /** The Tailscale stand-in's coordinator (HTTP 80) as controlplane.tailscale.com. */
 export const CONTROL_ADDRESS = "10.77.0.3";
+/** The operator's laptop on the "internet" (twin/operator.ts): it reaches the gateway over the tailnet only. */
+export const OPERATOR_ADDRESS = "10.77.0.20";
 /** Hetzner's metadata service stand-in. */
 export const METADATA_ADDRESS = "169.254.169.254";
 

@@ -59,7 +59,7 @@ export function hostPackages(cloudConfig: string): HostPackages {
 }
 
 const pidFileOf = (stack: string, name: string) => path.join(runDirOf(stack), `${name}.pid`);
-const coordinatorSocket = (stack: string) => path.join(runDirOf(stack), "tailscale-coordinator.sock");
+export const coordinatorSocket = (stack: string) => path.join(runDirOf(stack), "tailscale-coordinator.sock");
 
 /** Starts (or finds running) every stand-in of the stack's twin. */
 export async function startStandIns({ stack, stackFile, log }: StandInOptions): Promise<StandIns> {

@@ -11,7 +11,7 @@ import * as path from "node:path";
  * as controlplane.tailscale.com. See twin/tailscale/tailscaled for what it covers.
  */
 
-const SOURCES = [path.resolve(__dirname, "tailscale"), path.resolve(__dirname, "..", "..", "twin", "tailscale")].find((dir) => fs.existsSync(path.join(dir, "tailscaled")))!;
+export const SOURCES = [path.resolve(__dirname, "tailscale"), path.resolve(__dirname, "..", "..", "twin", "tailscale")].find((dir) => fs.existsSync(path.join(dir, "tailscaled")))!;
 
 /** The package's version: the stand-in's tailscaled reports the same (its VERSION). */
 export const TAILSCALE_DEB_VERSION = "1.76.6+twin1";
@@ -75,9 +75,15 @@ export function buildTailscaleDeb(outDir: string, bootstrapDns: string): string 
     }
 }
 
-/** A single-use, pre-authorized auth key, as a TailnetKey is created: its tags, whether its node is ephemeral, its lifetime. */
+/**
+ * A single-use, pre-authorized auth key, as a TailnetKey is created: its tags, whether its
+ * node is ephemeral, its lifetime. A key without tags is a user's: `user` (their login) and
+ * `role` (Tailscale's user roles: owner, admin, member, ...) own the node it joins.
+ */
 export interface AuthKeySpec {
     tags: string[];
+    user?: string;
+    role?: string;
     ephemeral?: boolean;
     /** Seconds until the key expires (Tailscale's default: 90 days). */
     expirySeconds?: number;

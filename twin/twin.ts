@@ -21,7 +21,8 @@ import { startBackupStandIn, stopBackupStandIn } from "./backup";
 import { publishMetadata, startMetadataService, stopMetadataService } from "./metadata";
 import { createNetwork, destroyNetwork, firewallOn, netnsExists, NotReadyError, runDirOf, setFirewall, TwinError, writeFirewall } from "./network";
 import type { ExecOptions, ExecResult } from "./qga";
-import { registryNames, startStandIns, StandIns, stopStandIns, twinB2Dir } from "./standins";
+import { startOperator, stopOperator } from "./operator";
+import { coordinatorSocket, registryNames, startStandIns, StandIns, stopStandIns, twinB2Dir } from "./standins";
 import { pinTailscaleKey, renderDeployment, TwinDeployment, twinResolverUpstreams } from "./userdata";
 import { encodeUserData } from "../policies/engine/userData";
 
@@ -114,6 +115,7 @@ function keyPair(stack: string, name: string): { publicKey: string; privateKey: 
 export async function renderForTwin(stack: string, stackFile: string, standIns: StandIns): Promise<TwinDeployment> {
     const hostKey = keyPair(stack, "sandbox-host-key");
     const agentKey = keyPair(stack, "gateway-agent-key");
+    const operatorKey = keyPair(stack, "operator-key");
     const deployment = await renderDeployment(
         stackFile,
         stack,
@@ -123,6 +125,7 @@ export async function renderForTwin(stack: string, stackFile: string, standIns: 
             ...(standIns.builtSandboxShell ? { builtSandboxShell: standIns.builtSandboxShell } : {}),
             sandboxHostKey: { publicKeyOpenssh: `${hostKey.publicKey}\n`, privateKeyOpenssh: hostKey.privateKey },
             agentPublicKey: `${agentKey.publicKey} twin-gateway-agent`,
+            operatorPublicKey: operatorKey.publicKey,
         },
         path.join(runDirOf(stack), "render"),
     );
@@ -259,6 +262,7 @@ export async function up({ stack, stackFile, log }: UpOptions): Promise<TwinStat
         writeFirewall(stack, deployment.firewallRules);
         setFirewall(stack, true);
         ensureVolume(state.volume.file, state.volume.sizeGb);
+        await startOperator({ stack, operators: deployment.plan.config.tailnet.operators, sshKey: keyPair(stack, "operator-key"), coordinatorSocket: coordinatorSocket(stack), log });
         await boot(stack, state, deployment, "gateway", standIns, log);
         await boot(stack, state, deployment, "sandbox", standIns, log);
         await Promise.all([
@@ -321,6 +325,7 @@ export async function start(stack: string, role: GuestRole): Promise<void> {
 export async function down(stack: string): Promise<void> {
     preflight();
     for (const role of Object.keys(GUESTS) as GuestRole[]) await stopGuest(stack, role, 0);
+    stopOperator(stack);
     stopStandIns(stack);
     stopMetadataService(stack);
     stopBackupStandIn(stack);

@@ -35,6 +35,8 @@ export interface DeployTimeValues {
     sandboxHostKey: { publicKeyOpenssh: string; privateKeyOpenssh: string };
     /** The gateway agent's public key, authorized on the sandbox. */
     agentPublicKey: string;
+    /** The twin operator's public key (twin/operator.ts), added to the gateway's adminSshKeys as an operator adds theirs. */
+    operatorPublicKey: string;
 }
 
 export interface TwinDeployment {
@@ -54,17 +56,23 @@ export interface TwinDeployment {
 
 const ROLE_LABEL = "airlock-role";
 
-/** The stack file with the gateway agent's key authorized (what `pulumi config set --path 'airlock:agent.authorizedKeys[0]'` does). */
-export function stackFileWithAgentKey(stackFile: string, agentPublicKey: string, outFile: string): string {
+/**
+ * The stack file with the gateway agent's key authorized (what `pulumi config set --path
+ * 'airlock:agent.authorizedKeys[0]'` does) and the twin operator's key beside the stack's own
+ * operator keys.
+ */
+export function stackFileWithKeys(stackFile: string, keys: { agentPublicKey: string; operatorPublicKey: string }, outFile: string): string {
     const doc = YAML.parseDocument(fs.readFileSync(stackFile, "utf8"));
-    doc.setIn(["config", "airlock:agent", "authorizedKeys"], doc.createNode([agentPublicKey.trim()]));
+    doc.setIn(["config", "airlock:agent", "authorizedKeys"], doc.createNode([keys.agentPublicKey.trim()]));
+    const adminKeys = (doc.getIn(["config", "airlock:gateway", "adminSshKeys"]) as YAML.YAMLSeq | undefined)?.toJSON() ?? [];
+    doc.setIn(["config", "airlock:gateway", "adminSshKeys"], doc.createNode([...adminKeys, `${keys.operatorPublicKey.trim()} twin-operator`]));
     fs.mkdirSync(path.dirname(outFile), { recursive: true });
     fs.writeFileSync(outFile, doc.toString({ lineWidth: 0 }));
     return outFile;
 }
 
 export async function renderDeployment(stackFile: string, stack: string, values: DeployTimeValues, workDir: string): Promise<TwinDeployment> {
-    const withKey = stackFileWithAgentKey(stackFile, values.agentPublicKey, path.join(workDir, `Pulumi.${stack}.yaml`));
+    const withKey = stackFileWithKeys(stackFile, values, path.join(workDir, `Pulumi.${stack}.yaml`));
     const cfg = readStackFile(withKey);
     if (cfg.hosts.bundleUrl) throw new Error("the twin serves the host code bundle as B2 does: unset airlock:hosts.bundleUrl for a twin");
     // Where a deploy's B2 upload puts the bundle (HostBundle), on the download host the twin's mirror answers as.

@@ -2,7 +2,7 @@ import { Argument, type Command } from "commander";
 import { EXIT, type Cli } from "../command";
 import { existingStackFile } from "../stacks";
 
-const ACTIONS = ["up", "status", "exec", "agent", "replace", "firewall", "down"] as const;
+const ACTIONS = ["up", "status", "exec", "agent", "operator", "replace", "firewall", "down"] as const;
 type Action = (typeof ACTIONS)[number];
 
 interface Options {
@@ -12,14 +12,14 @@ interface Options {
 }
 
 /**
- * `airlock twin up|status|exec|agent|replace|firewall|down --stack S`: the stack's
+ * `airlock twin up|status|exec|agent|operator|replace|firewall|down --stack S`: the stack's
  * gateway and sandbox as local QEMU guests booted from their rendered cloud-init
  * (see ../../twin/twin.ts and the README's "The twin").
  */
 export function define(command: Command, cli: Cli) {
     command
-        .addArgument(new Argument("<action>", "up | status | exec gateway|sandbox -- CMD | agent -- CMD | replace | firewall on|off | down").choices(ACTIONS))
-        .argument("[args...]", "exec: the guest, then the command line; agent: the command line; firewall: on or off")
+        .addArgument(new Argument("<action>", "up | status | exec gateway|sandbox -- CMD | agent -- CMD | operator -- CMD | replace | firewall on|off | down").choices(ACTIONS))
+        .argument("[args...]", "exec: the guest, then the command line; agent, operator: the command line; firewall: on or off")
         .requiredOption("--stack <name>", "stack name (stacks/Pulumi.<name>.yaml)")
         .option("--env <NAME=value>", "agent: a variable of the agent's environment (repeatable; SendEnv carries only the allowlisted ones)", (value: string, all: string[]) => [...all, value], [])
         .option("--json", "machine-readable output");
@@ -61,6 +61,20 @@ export function define(command: Command, cli: Cli) {
                     }
                     return result.code;
                 }
+                case "operator": {
+                    // The operator's laptop (twin/operator.ts): bash with their ~/.ssh and the tailnet; stdin passed on.
+                    if (args.length === 0) return badInput(`airlock twin operator: no command (airlock twin operator --stack ${opts.stack} -- CMD)`);
+                    twin.requireState(opts.stack);
+                    const { operatorExec } = await import("../../twin/operator");
+                    const input = process.stdin.isTTY ? "" : await readStdin();
+                    const result = operatorExec(opts.stack, args.join(" "), { input });
+                    if (opts.json) out(result, "");
+                    else {
+                        process.stdout.write(result.stdout);
+                        process.stderr.write(result.stderr);
+                    }
+                    return result.code;
+                }
                 case "replace": {
                     const state = await twin.replaceSandbox(opts.stack, log);
                     out(state, `sandbox replaced: cloud-init ${state.guests.sandbox?.cloudInit}\n`);
@@ -87,6 +101,12 @@ export function define(command: Command, cli: Cli) {
             throw err;
         }
     };
+}
+
+async function readStdin(): Promise<string> {
+    const chunks: Buffer[] = [];
+    for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+    return Buffer.concat(chunks).toString("utf8");
 }
 
 function badInput(line: string): number {
