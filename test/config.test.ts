@@ -23,7 +23,7 @@ describe("stack config schema", () => {
         expect(cfg.agent.envAllowlist).toEqual(["GITHUB_TOKEN"]);
         expect(cfg.tailnet.gatewayTag).toBe(`tag:${cfg.prefix}-gateway`);
         expect(cfg.tailnet.sandboxTag).toBe(`tag:${cfg.prefix}-sandbox`);
-        expect(cfg.gateway.image).toBe("debian-12");
+        expect(cfg.gateway.image).toBe("debian-13");
     });
 
     it("dev and prod differ the way environments do", () => {

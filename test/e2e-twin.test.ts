@@ -263,6 +263,12 @@ describe.runIf(canRun)("the twin", () => {
         expect(asRoot("sandbox", probe(gatewayIp, 22)).stdout.trim()).not.toBe("open");
         // The gateway's sshd is up (its admin's door): what the sandbox cannot reach exists.
         expect(asRoot("gateway", probe(gatewayIp, 22)).stdout.trim()).toBe("open");
+        // sshd has no other door: systemd's ssh generator (Debian 13) gave it an AF_UNIX socket
+        // for every local user at first boot, stopped by runcmd and never generated again.
+        for (const role of ["gateway", "sandbox"] as const) {
+            const doors = asRoot(role, "systemctl list-sockets --no-legend --plain | grep -c ssh; ss -xl | grep -c ssh-unix");
+            expect(doors.stdout.trim().split("\n"), `${role}: ${doors.stdout}`).toEqual(["0", "0"]);
+        }
     }, 10 * MINUTE);
 
     it("the operator's laptop reaches the gateway's operator login over the tailnet, by its MagicDNS name, with sudo, and nothing else of either host", () => {

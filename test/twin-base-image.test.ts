@@ -90,8 +90,8 @@ describe.runIf(canBuild)("the twin's base image, built with mmdebstrap", () => {
         const key = path.join(path.dirname(reader.raw), "airlock-twin.gpg");
         fs.writeFileSync(key, spawnSync("debugfs", ["-R", "cat /etc/apt/trusted.gpg.d/airlock-twin.gpg", partition()]).stdout);
         expect(keyFileFingerprint(key)).toBe(ensureArchiveKey().fingerprint);
-        expect(cat("/etc/apt/sources.list")).toContain("deb http://deb.debian.org/debian bookworm main\n");
-        expect(cat("/etc/apt/sources.list")).toContain("deb http://security.debian.org/debian-security bookworm-security main\n");
+        expect(cat("/etc/apt/sources.list")).toContain("deb http://deb.debian.org/debian trixie main\n");
+        expect(cat("/etc/apt/sources.list")).toContain("deb http://security.debian.org/debian-security trixie-security main\n");
         expect(ls("/etc/apt/sources.list.d")).toEqual([]);
     });
 

@@ -175,10 +175,10 @@ describe.runIf(canServe)("the twin's apt mirror, served in a network namespace",
         fs.writeFileSync(
             path.join(apt, "sources.list"),
             [
-                "deb http://deb.debian.org/debian bookworm main",
-                "deb http://deb.debian.org/debian bookworm-updates main",
-                "deb http://security.debian.org/debian-security bookworm-security main",
-                `deb [signed-by=${path.join(apt, "tailscale.gpg")}] https://pkgs.tailscale.com/stable/debian bookworm main`,
+                "deb http://deb.debian.org/debian trixie main",
+                "deb http://deb.debian.org/debian trixie-updates main",
+                "deb http://security.debian.org/debian-security trixie-security main",
+                `deb [signed-by=${path.join(apt, "tailscale.gpg")}] https://pkgs.tailscale.com/stable/debian trixie main`,
                 "",
             ].join("\n"),
         );
@@ -258,7 +258,7 @@ describe.runIf(canServe)("the twin's apt mirror, served in a network namespace",
     });
 
     it("serves the Tailscale key where airlock-install-tailscale fetches it, over HTTPS the twin CA vouches for", () => {
-        const url = "https://pkgs.tailscale.com/stable/debian/bookworm.noarmor.gpg";
+        const url = "https://pkgs.tailscale.com/stable/debian/trixie.noarmor.gpg";
         const key = path.join(apt, "tailscale.gpg");
         fs.mkdirSync(apt, { recursive: true });
         const withCa = inNamespace(netns, ["curl", "--fail", "--silent", "--show-error", "--proto", "=https", "--tlsv1.2", "--cacert", ensureCa(cache).cert, "--output", key, url]);
@@ -287,8 +287,8 @@ describe.runIf(canServe)("the twin's apt mirror, served in a network namespace",
         expect(fetched.some((f) => f.startsWith("libjq1_"))).toBe(true);
         // Every index and .deb came from the mirror, by the names the guests use.
         const log = fs.readFileSync(logFile, "utf8");
-        expect(log).toMatch(/deb\.debian\.org "GET \/debian\/dists\/bookworm\/InRelease HTTP\/1\.1" 200/);
-        expect(log).toMatch(/security\.debian\.org "GET \/debian-security\/dists\/bookworm-security\/InRelease HTTP\/1\.1" 200/);
+        expect(log).toMatch(/deb\.debian\.org "GET \/debian\/dists\/trixie\/InRelease HTTP\/1\.1" 200/);
+        expect(log).toMatch(/security\.debian\.org "GET \/debian-security\/dists\/trixie-security\/InRelease HTTP\/1\.1" 200/);
         expect(log).toMatch(/pkgs\.tailscale\.com "GET \/stable\/debian\/pool\/tailscale_1\.0\.0-twin_amd64\.deb HTTP\/1\.1" 200/);
     });
 

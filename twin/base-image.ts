@@ -4,13 +4,13 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { ensureArchiveKey } from "./archive-key";
 import { ensureCa } from "./ca";
-import { TWIN_CACHE_DIR } from "./contract";
+import { HOST_SUITE, TWIN_CACHE_DIR } from "./contract";
 import { TWIN_SOURCES } from "./sources";
 import { BEFORE_PACKAGES_DIRS } from "../components/render/bundle";
 
 /**
- * The twin's base image: Debian 12 as a cloud server, close to Hetzner's
- * debian-12 image. mmdebstrap builds the tree from Debian's registry (the
+ * The twin's base image: Debian 13 as a cloud server, close to Hetzner's
+ * debian-13 image. mmdebstrap builds the tree from Debian's registry (the
  * packages in base-image/packages), the customize hook makes it a cloud image
  * that trusts the twin's CA and archive key, mkfs.ext4 -d writes it into the
  * first partition of a raw disk (no loop device, no boot loader: QEMU boots
@@ -28,13 +28,13 @@ const FILES = path.join(SOURCES, "files");
 
 /** How the image is made, beyond its source files: a change here is a new image too. */
 const RECIPE = {
-    suite: "bookworm",
+    suite: HOST_SUITE,
     variant: "apt",
     // The build fetches from Debian; the guests' own sources are in files/etc/apt/sources.list.
     mirrors: [
-        "deb http://deb.debian.org/debian bookworm main",
-        "deb http://deb.debian.org/debian bookworm-updates main",
-        "deb http://deb.debian.org/debian-security bookworm-security main",
+        `deb http://deb.debian.org/debian ${HOST_SUITE} main`,
+        `deb http://deb.debian.org/debian ${HOST_SUITE}-updates main`,
+        `deb http://deb.debian.org/debian-security ${HOST_SUITE}-security main`,
     ],
     /**
      * The disk of the smallest server type the stacks use (Hetzner's cx23: 40 GB local disk),

@@ -4,6 +4,8 @@
  * namespace per stack; nothing in it has a route off this machine.
  */
 export const TWIN_CACHE_DIR = "/var/cache/airlock-twin";
+/** The Debian release the hosts run (the stacks' default image, debian-13): the twin's guests, mirror and nspawn rigs follow it. */
+export const HOST_SUITE = "trixie";
 /** Per running twin: /run/airlock-twin/<stack>/ (pids, sockets, overlays, logs). */
 export const TWIN_RUN_DIR = "/run/airlock-twin";
 export const twinNetns = (stack: string) => `airlock-twin-${stack}`;

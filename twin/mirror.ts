@@ -9,7 +9,7 @@ import { planStack, stackFilePath } from "../cli/offline";
 import { ensureArchiveKey, signRelease, type ArchiveKey } from "./archive-key";
 import type { BaseImage } from "./base-image";
 import { issueLeaf } from "./ca";
-import { B2_DOWNLOAD_HOST, HOST_ADDRESS, TWIN_CACHE_DIR } from "./contract";
+import { B2_DOWNLOAD_HOST, HOST_ADDRESS, HOST_SUITE, TWIN_CACHE_DIR } from "./contract";
 import { TWIN_SOURCES } from "./sources";
 
 /**
@@ -32,13 +32,13 @@ const SERVER = path.join(SOURCES, "serve.py");
 
 /** The Debian archives the mirror carries: where the guests find them, and where the host's apt lists them. */
 const DEBIAN_SUITES = [
-    { archive: "debian", suite: "bookworm", list: "deb.debian.org_debian_dists_bookworm_" },
-    { archive: "debian", suite: "bookworm-updates", list: "deb.debian.org_debian_dists_bookworm-updates_" },
-    { archive: "debian-security", suite: "bookworm-security", list: "deb.debian.org_debian-security_dists_bookworm-security_" },
+    { archive: "debian", suite: HOST_SUITE, list: `deb.debian.org_debian_dists_${HOST_SUITE}_` },
+    { archive: "debian", suite: `${HOST_SUITE}-updates`, list: `deb.debian.org_debian_dists_${HOST_SUITE}-updates_` },
+    { archive: "debian-security", suite: `${HOST_SUITE}-security`, list: `deb.debian.org_debian-security_dists_${HOST_SUITE}-security_` },
 ];
-/** The stand-in for Tailscale's repository: `${REPO}` of airlock-install-tailscale for ID=debian, VERSION_CODENAME=bookworm. */
+/** The stand-in for Tailscale's repository: `${REPO}` of airlock-install-tailscale for ID=debian and the hosts' VERSION_CODENAME. */
 export const TAILSCALE_REPO = "stable/debian";
-export const TAILSCALE_SUITE = "bookworm";
+export const TAILSCALE_SUITE = HOST_SUITE;
 /** Names the mirror's TLS certificate covers (the twin's DNS points them at the mirror). */
 const TLS_NAMES = ["pkgs.tailscale.com", "deb.debian.org", "security.debian.org", B2_DOWNLOAD_HOST];
 /** Release fields copied from Debian's own Release files, so the guests see the suites they expect. */

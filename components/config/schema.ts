@@ -97,8 +97,8 @@ const serverType = z.preprocess((value, ctx) => {
 const host = z.strictObject({
     serverType,
     location: z.enum(LOCATIONS),
-    /** A Hetzner image name; the templates target Debian 12. */
-    image: z.string().regex(/^debian-1[2-9]$/, "expected a Debian image such as debian-12").default("debian-12"),
+    /** Hetzner's image: the templates name Debian 13's packages (docker-cli) and settle its defaults (ssh generator, dhcpcd). */
+    image: z.string().regex(/^debian-13$/, "expected debian-13: the hosts' packages and settings are Debian 13's (Debian 12 has no docker-cli package, and left regular security support in June 2026)").default("debian-13"),
     /** Pulumi `protect` on the server: `pulumi destroy` refuses until it is lifted. */
     protect: z.boolean().default(false),
     /** Beyond Tailscale's UDP port and ICMP; empty by default, and every one is gated. */

@@ -64,6 +64,10 @@ export const GATEWAY_KNOWN_HOSTS_PATH = "/etc/airlock/known_hosts";
 
 /** The dhclient hook that keeps a lease from rewriting /etc/resolv.conf. */
 export const DHCP_KEEP_RESOLV_CONF_PATH = "/etc/dhcp/dhclient-enter-hooks.d/airlock-keep-resolv-conf";
+/** The same for dhcpcd (Debian 13's default client): its enter hook, sourced before its resolv.conf hook. */
+export const DHCPCD_ENTER_HOOK_PATH = "/etc/dhcpcd.enter-hook";
+/** Overrides systemd's ssh generator by name: sshd listens on the tailnet address only. */
+export const SSH_GENERATOR_OVERRIDE_PATH = "/etc/systemd/system-generators/systemd-ssh-generator";
 /** Where each host keeps its sshd template; airlock-tailnet-render writes the live config from it. */
 export const SSHD_TEMPLATE_PATH = "/etc/airlock/sshd_config.in";
 /** The compose template; airlock-tailnet-render writes /etc/airlock/compose.yml from it. */
@@ -144,6 +148,8 @@ function commonFiles(cfg: StackConfig, role: HostRole, units: HostUnits): HostFi
         // Written before cloud-init installs the packages list (write_files runs first).
         config("/etc/apt/apt.conf.d/90airlock-no-recommends", "apt/90airlock-no-recommends"),
         config(DHCP_KEEP_RESOLV_CONF_PATH, "dhcp/keep-resolv-conf"),
+        config(DHCPCD_ENTER_HOOK_PATH, "dhcp/dhcpcd-enter-hook"),
+        script(SSH_GENERATOR_OVERRIDE_PATH, "systemd/ssh-generator-off"),
         script("/usr/local/sbin/airlock-install-tailscale", "scripts/install-tailscale", { fingerprint: TAILSCALE_REPOSITORY_KEY_FINGERPRINT }),
         script("/usr/local/sbin/airlock-tailnet-join", "scripts/tailnet-join", {
             hostname: cfg.hostnames[role],

@@ -7,10 +7,11 @@ import { readStackFile } from "../../components/config/load";
 import type { StackConfig } from "../../components/config/schema";
 import type { RenderedHost } from "../../components/render/hosts";
 import { editedStack, renderHosts } from "./stacks";
+import { HOST_SUITE } from "../../twin/contract";
 import { installFiles, run } from "./tools";
 
 /**
- * A Debian 12 root filesystem booted with its own systemd under systemd-nspawn:
+ * A root filesystem of the hosts' Debian release (HOST_SUITE) booted with its own systemd under systemd-nspawn:
  * the host units airlock renders run for real (ordering, dependencies, failures),
  * in seconds rather than a VM's minutes. The image is built with mmdebstrap from
  * Debian's registry and cached under /var/cache, keyed by its package list.
@@ -28,12 +29,12 @@ export const ROOTFS_PACKAGES = [
 
 /** The cached rootfs tarball, built when missing. */
 export function debianRootfs(packages = ROOTFS_PACKAGES): string {
-    const key = crypto.createHash("sha256").update(["bookworm", ...packages].join("\n")).digest("hex").slice(0, 16);
-    const tarball = path.join(CACHE, `bookworm-${key}.tar`);
+    const key = crypto.createHash("sha256").update([HOST_SUITE, ...packages].join("\n")).digest("hex").slice(0, 16);
+    const tarball = path.join(CACHE, `${HOST_SUITE}-${key}.tar`);
     if (fs.existsSync(tarball)) return tarball;
     fs.mkdirSync(CACHE, { recursive: true });
     const staged = `${tarball}.${process.pid}.tmp`;
-    const built = run("mmdebstrap", ["--quiet", "--variant=apt", "--format=tar", `--include=${packages.join(",")}`, "bookworm", staged, "http://deb.debian.org/debian"], { timeout: 600_000 });
+    const built = run("mmdebstrap", ["--quiet", "--variant=apt", "--format=tar", `--include=${packages.join(",")}`, HOST_SUITE, staged, "http://deb.debian.org/debian"], { timeout: 600_000 });
     if (built.status !== 0) {
         fs.rmSync(staged, { force: true });
         throw new Error(`mmdebstrap failed: ${built.stderr.slice(-2000)}`);
