@@ -42,6 +42,20 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         self.log_file.flush()
 
 
+class TLSServer(http.server.ThreadingHTTPServer):
+    """Ends each connection as a TLS server does, with close_notify (RFC 8446, 6.1):
+    Python's SSLSocket.shutdown drops the TLS layer without it, and apt 3.0 (Debian 13,
+    OpenSSL) refuses a response cut that way ("unexpected eof while reading")."""
+
+    def shutdown_request(self, request):
+        try:
+            request.settimeout(5)
+            request = request.unwrap()
+        except (OSError, ValueError):
+            pass
+        super().shutdown_request(request)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--root", required=True)
@@ -56,7 +70,7 @@ def main():
     Handler.b2_root = os.path.abspath(args.b2_root)
     handler = functools.partial(Handler, directory=args.root)
     plain = http.server.ThreadingHTTPServer((args.address, 80), handler)
-    secure = http.server.ThreadingHTTPServer((args.address, 443), handler)
+    secure = TLSServer((args.address, 443), handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(args.cert, args.key)
