@@ -24,6 +24,8 @@ const canRun = isRoot() && toolsAvailable("dhclient-script's resolv.conf", ["dhc
 if (!isRoot()) console.warn("SKIPPED dhclient-script's resolv.conf: needs root (namespaces)");
 
 const OURS = "# airlock: the gateway's AdGuard Home is the only resolver.\nnameserver 100.100.7.2\noptions edns0\n";
+/** Every shipped stack's two hosts: each renders both hooks. */
+const HOSTS = SHIPPED_STACKS.flatMap((stack) => (["gateway", "sandbox"] as const).map((role) => [stack, role] as const));
 const LEASE = "new_ip_address=192.0.2.10 new_subnet_mask=255.255.255.0 new_broadcast_address=192.0.2.255 new_routers=192.0.2.1 new_domain_name_servers='185.12.64.1 185.12.64.2'";
 
 /** resolv.conf after a lease is bound and renewed, with `hook` (or nothing) in the enter hooks. */
@@ -52,7 +54,7 @@ describe.runIf(canRun)("a DHCP lease and resolv.conf", () => {
         expect(afterLease(undefined)).toMatch(/^nameserver 185\.12\.64\.1$/m);
     });
 
-    it.each(SHIPPED_STACKS.flatMap((stack) => (["gateway", "sandbox"] as const).map((role) => [stack, role] as const)))(
+    it.each(HOSTS)(
         "%s/%s: with the rendered hook, a lease at boot and its renewal leave resolv.conf as it was",
         (stack, role) => {
             const hook = renderedFile(renderHosts(readStackFile(stackFile(stack)))[role], DHCP_KEEP_RESOLV_CONF_PATH);
@@ -90,7 +92,7 @@ describe.runIf(canRunDhcpcd)("a dhcpcd lease and resolv.conf (Debian 13's DHCP c
         expect(afterDhcpcdLease(undefined)).toMatch(/^nameserver 185\.12\.64\.1$/m);
     });
 
-    it.each(SHIPPED_STACKS.flatMap((stack) => (["gateway", "sandbox"] as const).map((role) => [stack, role] as const)))(
+    it.each(HOSTS)(
         "%s/%s: with the rendered enter hook, a lease and its renewal leave resolv.conf as it was",
         (stack, role) => {
             const hook = renderedFile(renderHosts(readStackFile(stackFile(stack)))[role], DHCPCD_ENTER_HOOK_PATH);

@@ -32,10 +32,10 @@ const SERVER = path.join(SOURCES, "serve.py");
 
 /** The Debian archives the mirror carries: where the guests find them, and where the host's apt lists them. */
 const DEBIAN_SUITES = [
-    { archive: "debian", suite: HOST_SUITE, list: `deb.debian.org_debian_dists_${HOST_SUITE}_` },
-    { archive: "debian", suite: `${HOST_SUITE}-updates`, list: `deb.debian.org_debian_dists_${HOST_SUITE}-updates_` },
-    { archive: "debian-security", suite: `${HOST_SUITE}-security`, list: `deb.debian.org_debian-security_dists_${HOST_SUITE}-security_` },
-];
+    ["debian", HOST_SUITE],
+    ["debian", `${HOST_SUITE}-updates`],
+    ["debian-security", `${HOST_SUITE}-security`],
+].map(([archive, suite]) => ({ archive, suite, list: `deb.debian.org_${archive}_dists_${suite}_` }));
 /** The stand-in for Tailscale's repository: `${REPO}` of airlock-install-tailscale for ID=debian and the hosts' VERSION_CODENAME. */
 export const TAILSCALE_REPO = "stable/debian";
 export const TAILSCALE_SUITE = HOST_SUITE;
