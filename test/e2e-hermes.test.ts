@@ -164,6 +164,7 @@ describe.runIf(canRun)(`Hermes Agent ${HERMES_VERSION} as the gateway runs it`, 
         fs.chmodSync(gatewayRoot, 0o755);
         installFiles(hosts.gateway, gatewayRoot);
         // The runtime's ssh config, as airlock-tailnet-render writes it at boot (the tailnet's domain filled).
+        fs.mkdirSync(path.join(gatewayRoot, GATEWAY_AGENT_PATHS.sshFolder));
         fs.writeFileSync(path.join(gatewayRoot, GATEWAY_AGENT_PATHS.sshConfig), sandboxSshConfigAt(hosts.gateway, `${cfg.hostnames.sandbox}.${TEST_TAILNET_DOMAIN}`), { mode: 0o644 });
         fs.writeFileSync(path.join(gatewayRoot, "etc/airlock/known_hosts"), pinnedKnownHosts(hosts.gateway, hostPublicKey));
         fs.mkdirSync(path.join(gatewayRoot, "run/airlock-agent"), { recursive: true });
@@ -303,7 +304,7 @@ describe.runIf(canRun)(`Hermes Agent ${HERMES_VERSION} as the gateway runs it`, 
     ])("the runtime's ssh config naming the sandbox by %s: preflight exit %i", (_, address, status) => {
         const file = path.join(gatewayRoot, GATEWAY_AGENT_PATHS.sshConfig);
         const original = fs.readFileSync(file, "utf8");
-        // In place, as airlock-tailnet-render --in-place writes it: the container's bind mount shows it.
+        // The container has the folder mounted: what is written there, it sees.
         fs.writeFileSync(file, original.replace(/^\tHostName .*$/m, `\tHostName ${address}`));
         try {
             const result = preflight();

@@ -6,7 +6,7 @@ import * as YAML from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStackFile } from "../components/config/load";
 import { COMPOSE_TEMPLATE_PATH, GATEWAY_ROOT_SANDBOX_KEY, RenderedHost, SSHD_TEMPLATE_PATH } from "../components/render/hosts";
-import { GATEWAY_AGENT_PATHS, RUNTIME_SSH_CONFIG, RUNTIME_SSH_KEY } from "../components/workloads/compose";
+import { GATEWAY_AGENT_PATHS, RUNTIME_SSH_FOLDER, RUNTIME_SSH_KEY } from "../components/workloads/compose";
 import { HERMES_RUNTIME } from "../policies/contract";
 import { importTestImage, startDockerd, TestDocker } from "./helpers/dockerd";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
@@ -228,7 +228,7 @@ describe.runIf(canRun)("airlock secrets push to the gateway over ssh", () => {
         expect([h.PidsLimit, h.Memory, h.NanoCpus, h.IpcMode, h.Init, h.Privileged]).toEqual([256, 3 * 1024 ** 3, 1.8e9, "private", true, false]);
         expect(h.PortBindings ?? {}).toEqual({});
         const mounts = Object.fromEntries(c.Mounts.map((m: any) => [m.Destination, m]));
-        const readOnly = [RUNTIME_SSH_CONFIG, moved(GATEWAY_AGENT_PATHS.knownHosts)].concat(HERMES_RUNTIME.managedConfig, HERMES_RUNTIME.managedEnv, moved(RUNTIME_SSH_KEY), moved(GATEWAY_AGENT_PATHS.hermesPreflight));
+        const readOnly = [RUNTIME_SSH_FOLDER, moved(GATEWAY_AGENT_PATHS.knownHosts)].concat(HERMES_RUNTIME.managedConfig, HERMES_RUNTIME.managedEnv, moved(RUNTIME_SSH_KEY), moved(GATEWAY_AGENT_PATHS.hermesPreflight));
         for (const target of readOnly) expect(mounts[target]?.RW, target).toBe(false);
         // The agent's key, as the runtime's own user (the published image's hermes, uid 10000) reads it.
         const key = dockerd!.docker(["exec", "--user", "10000:10000", "airlock-agent", "cat", moved(RUNTIME_SSH_KEY)]);

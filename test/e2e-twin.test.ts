@@ -341,7 +341,7 @@ describe.runIf(canRun)("the twin", () => {
             if (!sandboxNamed.some((line) => logs.includes(line))) await new Promise((r) => setTimeout(r, 10_000));
         }
         expect(sandboxNamed.some((line) => logs.includes(line)), logs).toBe(true);
-        expect(asRoot("gateway", "ssh -G -F /etc/airlock/agent/ssh_config sandbox | grep '^hostname '").stdout.trim()).toBe(`hostname ${tailnetIp("sandbox")}`);
+        expect(asRoot("gateway", "ssh -G -F /etc/airlock/agent/ssh/ssh_config sandbox | grep '^hostname '").stdout.trim()).toBe(`hostname ${tailnetIp("sandbox")}`);
         expect(asRoot("gateway", `${docker} inspect --format '{{.State.Running}}' airlock-agent`).stdout.trim()).toBe("true");
         // The sandbox's short name is the tailnet's alone: asked as it is (absolute), no public
         // resolver knows it (the twin's answers as Hetzner's would). The runtime's container has
@@ -545,9 +545,12 @@ describe.runIf(canRun)("the twin", () => {
         const online = peers.filter((p) => p.Online);
         expect(online.map((p) => p.DNSName.split(".")[0])).toEqual([`${cfg.hostnames.sandbox}-1`]);
         expect(online[0].TailscaleIPs[0]).toBe(tailnetIp("sandbox"));
-        for (const config of ["/etc/ssh/ssh_config.d/20-airlock-sandbox.conf", "/etc/airlock/agent/ssh_config"]) {
+        for (const config of ["/etc/ssh/ssh_config.d/20-airlock-sandbox.conf", "/etc/airlock/agent/ssh/ssh_config"]) {
             expect(asRoot("gateway", `ssh -G -F ${config} sandbox | grep '^hostname '`).stdout.trim(), config).toBe(`hostname ${tailnetIp("sandbox")}`);
         }
+        // The running runtime sees the new one too: its folder is mounted, and the file was renamed into it.
+        const agentDocker = `runuser -u ${cfg.agent.user} -- env XDG_RUNTIME_DIR=/run/user/${cfg.agent.uid} DOCKER_HOST=unix:///run/user/${cfg.agent.uid}/docker.sock docker`;
+        expect(asRoot("gateway", `${agentDocker} exec airlock-agent ssh -G sandbox | grep '^hostname '`).stdout.trim()).toBe(`hostname ${tailnetIp("sandbox")}`);
         const pinned = asRoot("gateway", "cat /etc/airlock/known_hosts").stdout.trim().split(/\s+/).slice(1, 3).join(" ");
         const served = asRoot("sandbox", "cat /etc/ssh/ssh_host_ed25519_key.pub").stdout.trim().split(/\s+/).slice(0, 2).join(" ");
         expect(served).toBe(pinned);

@@ -44,10 +44,11 @@ describe.runIf(canRun)("the runtime's ssh config, owned by nobody as under rootl
         return spawnSync("unshare", ["--mount", "--propagation", "private", "sh", "-c", script, "sh", etcSsh, `${cfg.agent.user}@sandbox`], { encoding: "utf8" });
     };
 
-    it("is mounted as the container's system-wide ssh_config, where ssh reads it whoever owns it", () => {
-        const mount = (compose.services[AGENT_SERVICE].volumes as string[]).find((v) => v.startsWith(`${GATEWAY_AGENT_PATHS.sshConfig}:`));
+    it("is mounted as the container's system-wide ssh_config (its folder over /etc/ssh), where ssh reads it whoever owns it", () => {
+        const mount = (compose.services[AGENT_SERVICE].volumes as string[]).find((v) => v.startsWith(`${GATEWAY_AGENT_PATHS.sshFolder}:`));
         expect(mount).toBeDefined();
-        const target = mount!.split(":")[1];
+        expect(mount!.split(":").slice(1)).toEqual(["/etc/ssh", "ro"]);
+        const target = path.posix.join(mount!.split(":")[1], path.posix.relative(GATEWAY_AGENT_PATHS.sshFolder, GATEWAY_AGENT_PATHS.sshConfig));
         expect(target).toBe("/etc/ssh/ssh_config");
         const resolved = sshResolves(target, runtimeConfig);
         expect(resolved.stderr).toBe("");

@@ -1,3 +1,4 @@
+import { spawn } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
@@ -72,6 +73,16 @@ describe.runIf(toolsAvailable("airlock-tailnet-render", ["jq", "bash"]))("airloc
         expect(gatewayFiles).not.toContain(GATEWAY_AGENT_PATHS.sshConfig);
     });
 
+    it("takes no sharee node (another tailnet's device we shared to, which may carry a tag of that name), as tailscale status hides them", () => {
+        // ipnstate.PeerStatus.ShareeNode: "owned by a shared-to user ... should be hidden by tailscale status".
+        const result = sandboxConfig([
+            peer("100.100.7.3", ["tag:airlock-dev-sandbox"], true, "2026-12-06T10:00:00Z"),
+            { ...peer("100.100.7.8", ["tag:airlock-dev-sandbox"], true, "2026-12-07T10:00:00Z", "their-box"), ShareeNode: true },
+        ]);
+        expect(result.status, result.stderr).toBe(0);
+        expect(result.written).toMatch(/^\tHostName 100\.100\.7\.3$/m);
+    });
+
     it("names it by its full MagicDNS name while no node carries the tag (the gateway joined first), and prefers an online node to a newer offline one", () => {
         const none = sandboxConfig([peer("100.100.7.4", [], true, "2026-12-07T10:00:00Z")]);
         expect(none.status, none.stderr).toBe(0);
@@ -83,26 +94,52 @@ describe.runIf(toolsAvailable("airlock-tailnet-render", ["jq", "bash"]))("airloc
     it.each([
         ["outside 100.64.0.0/10", "192.0.2.7"],
         ["a sed expression", "100.100.7.2/g;s/x"],
+        ["with a second line (an ssh option)", "100.100.7.2\n\tProxyCommand touch /tmp/airlock-owned"],
+        ["with a second line escaped for sed", "100.100.7.2\n\\\n\tProxyCommand touch /tmp/airlock-owned"],
+        ["with a second line and sed's own newline", "100.100.7.2\n\tProxyCommand touch /tmp/airlock-owned\\"],
     ])("refuses a sandbox address %s and writes nothing", (_, ip) => {
         const result = sandboxConfig([peer(ip, ["tag:airlock-dev-sandbox"], true, "2026-12-06T10:00:00Z")]);
         expect(result.status).toBe(1);
+        expect(result.stderr).toMatch(/^airlock-tailnet-render: the sandbox's tailnet address is not in 100\.64\.0\.0\/10 \('[^\n]*'\); \S+ not written\n$/);
         expect(result.leftovers).toEqual([]);
     });
 
-    it("--if-changed leaves an identical file alone; --in-place keeps the file's inode (the runtime's container has it bind-mounted)", () => {
+    it("--if-changed leaves an identical file alone, and replaces a changed one by a rename", () => {
         const target = path.join(fs.mkdtempSync(path.join(dir, "target-")), "ssh_config");
         const peers = [peer("100.100.7.3", ["tag:airlock-dev-sandbox"], true, "2026-12-06T10:00:00Z")];
         expect(sandboxConfig(peers, { target }).status).toBe(0);
         const before = fs.statSync(target);
-        const same = sandboxConfig(peers, { target, args: ["--if-changed", "--in-place"] });
+        const same = sandboxConfig(peers, { target, args: ["--if-changed"] });
         expect(same.status, same.stderr).toBe(0);
         expect(same.stdout).toBe("");
         expect(fs.statSync(target).mtimeMs).toBe(before.mtimeMs);
-        const moved = sandboxConfig([...peers, peer("100.100.7.9", ["tag:airlock-dev-sandbox"], true, "2026-12-06T11:00:00Z")], { target, args: ["--if-changed", "--in-place"] });
+        const moved = sandboxConfig([...peers, peer("100.100.7.9", ["tag:airlock-dev-sandbox"], true, "2026-12-06T11:00:00Z")], { target, args: ["--if-changed"] });
         expect(moved.status, moved.stderr).toBe(0);
-        expect(fs.statSync(target).ino).toBe(before.ino);
+        expect(fs.statSync(target).ino).not.toBe(before.ino);
         expect(fs.readFileSync(target, "utf8")).toMatch(/^\tHostName 100\.100\.7\.9$/m);
         expect(fs.readdirSync(path.dirname(target))).toEqual(["ssh_config"]);
+    });
+
+    it("a reader of the runtime's ssh config never sees it empty or half-written while the sandbox moves (a rename in its folder)", () => {
+        // Hermes's ssh reads the file whenever it connects; one it reads empty names no pinned host key.
+        const folder = fs.mkdtempSync(path.join(dir, "runtime-ssh-"));
+        const target = path.join(folder, "ssh_config");
+        const at = (ip: string) => [peer(ip, ["tag:airlock-dev-sandbox"], true, "2026-12-06T10:00:00Z")];
+        expect(sandboxConfig(at("100.100.7.3"), { target }).status).toBe(0);
+        const whole = (text: string) => /^\tHostName 100\.100\.7\.[39]$/m.test(text) && text.endsWith("\n") && text.length > 100;
+        const seen = path.join(folder, "..", `${path.basename(folder)}.seen`);
+        const reader = spawn("bash", ["-c", `while :; do c="$(cat ${target} 2>/dev/null; echo .)"; case "$c" in *"HostKeyAlias"*) ;; *) printf 'torn\\n' >>${seen} ;; esac; done`], { stdio: "ignore" });
+        try {
+            for (let i = 0; i < 60; i++) {
+                const moved = sandboxConfig(at(i % 2 ? "100.100.7.3" : "100.100.7.9"), { target, args: ["--if-changed"] });
+                expect(moved.status, moved.stderr).toBe(0);
+            }
+        } finally {
+            reader.kill("SIGKILL");
+        }
+        expect(whole(fs.readFileSync(target, "utf8"))).toBe(true);
+        expect(fs.existsSync(seen) ? fs.readFileSync(seen, "utf8").split("\n").filter(Boolean).length : 0, "reads that found no whole config").toBe(0);
+        expect(fs.readdirSync(folder)).toEqual(["ssh_config"]);
     });
 
     it("the compose file and the runtime's container need no tailnet domain", () => {

@@ -298,9 +298,12 @@ export function renderGateway(cfg: StackConfig, images: ResolvedImages): Rendere
     const compose = renderGatewayCompose(cfg, images);
     // Both ssh configs for the sandbox are rendered by airlock-sandbox-address at boot (from
     // airlock-tailnet-config) and whenever the sandbox's node changes (its timer); the runtime's
-    // in place: its container has the file, not the folder, bind-mounted.
+    // in the folder its container has mounted, so each new one is renamed into its view at once.
     const runtimeSshConfig = cfg.gateway.agent
-        ? `ExecStart=${RENDER} --mode 0644 --sandbox ${cfg.tailnet.sandboxTag} ${cfg.hostnames.sandbox} --if-changed --in-place ${SANDBOX_SSH_CONFIG_TEMPLATE} ${GATEWAY_AGENT_PATHS.sshConfig}`
+        ? [
+              `ExecStart=/usr/bin/install -d -m 0755 ${GATEWAY_AGENT_PATHS.sshFolder}`,
+              `ExecStart=${RENDER} --mode 0644 --sandbox ${cfg.tailnet.sandboxTag} ${cfg.hostnames.sandbox} --if-changed ${SANDBOX_SSH_CONFIG_TEMPLATE} ${GATEWAY_AGENT_PATHS.sshConfig}`,
+          ].join("\n")
         : "";
     const files: HostFile[] = [
         // The runtime's units order themselves before the compose check and the user manager

@@ -186,8 +186,10 @@ export const GATEWAY_AGENT_PATHS = {
     hermesUserEnv: "/etc/airlock/agent/hermes-user.env",
     /** templates/agent/hermes-preflight, at the same path in the container. */
     hermesPreflight: HERMES_RUNTIME.preflight,
-    /** The runtime's ssh config for the sandbox, rendered at boot from <path>.in (the sandbox's full MagicDNS name). */
-    sshConfig: "/etc/airlock/agent/ssh_config",
+    /** The runtime's /etc/ssh: a folder, so the ssh config in it is replaced by a rename the container sees at once. */
+    sshFolder: "/etc/airlock/agent/ssh",
+    /** The runtime's ssh config for the sandbox, rendered by airlock-sandbox-address (the sandbox's node, found by its tag). */
+    sshConfig: "/etc/airlock/agent/ssh/ssh_config",
     knownHosts: "/etc/airlock/known_hosts",
     githubConfig: "/etc/airlock/github.json",
     githubTokenSocket: "/run/airlock/github-token.sock",
@@ -196,8 +198,9 @@ export const GATEWAY_AGENT_PATHS = {
 
 /** The agent's own ssh key (generated on the gateway by airlock-gateway-agent-key). */
 export const agentSshKey = (cfg: StackConfig) => `/home/${cfg.agent.user}/.ssh/id_ed25519`;
-/** Where the runtime finds the pinned ssh config in its container: the system-wide file. */
-export const RUNTIME_SSH_CONFIG = "/etc/ssh/ssh_config";
+/** Where the runtime finds the pinned ssh config in its container: the system-wide file, in the folder mounted over /etc/ssh. */
+export const RUNTIME_SSH_FOLDER = "/etc/ssh";
+export const RUNTIME_SSH_CONFIG = `${RUNTIME_SSH_FOLDER}/ssh_config`;
 /** Where the runtime finds that key in its container (Hermes's terminal.ssh_key). */
 export const RUNTIME_SSH_KEY = "/etc/airlock/agent/id_ed25519";
 /**
@@ -262,8 +265,9 @@ function agentServices(cfg: StackConfig, images: ResolvedImages): { services: Re
             // Include'd file not owned by root or the user, and under the agent's rootless
             // Docker a file of the host's root is owned by nobody in here (seen in the twin:
             // "Bad owner or permissions", and the runtime never started). The top file is read
-            // without that check.
-            readOnly(p.sshConfig, RUNTIME_SSH_CONFIG),
+            // without that check. Its folder is mounted, not the file: a new config is renamed
+            // into place, and a file rewritten in place is empty while ssh may be reading it.
+            readOnly(p.sshFolder, RUNTIME_SSH_FOLDER),
             readOnly(p.knownHosts),
             readOnly(p.runtimeSshKey, RUNTIME_SSH_KEY),
             // Per-task GitHub tokens from the root-side minter; the App key stays outside.
