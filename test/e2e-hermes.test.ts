@@ -14,6 +14,10 @@ import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } fr
 import { enforceEgress, installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
 import { editedStack, REPO, renderedFile, renderHosts, sandboxSshConfigAt, tempDir } from "./helpers/stacks";
 import { installFiles, isRoot, run, TEST_TAILNET_DOMAIN, toolsAvailable, withTailnetValues } from "./helpers/tools";
+import { hostSshd } from "./helpers/hostTools";
+
+/** The hosts' sshd (Debian 13's OpenSSH), not this machine's. */
+const HOST_SSHD = hostSshd().sshd;
 
 /**
  * The agent runtime the product ships, end to end: the pinned Hermes Agent (the twin's
@@ -145,7 +149,7 @@ describe.runIf(canRun)(`Hermes Agent ${HERMES_VERSION} as the gateway runs it`, 
             { mode: 0o755 },
         );
         fs.writeFileSync(path.join(stubBin, "tailscale"), `#!/bin/sh\necho ${SANDBOX_TAILNET}\n`, { mode: 0o755 });
-        const rendered = inNamespace(net.server, [`${sandboxRoot}/usr/local/sbin/airlock-tailnet-render`, path.join(sandboxRoot, SSHD_TEMPLATE_PATH), `${sandboxRoot}/etc/ssh/sshd_config`, "/usr/sbin/sshd", "-t", "-f"], {
+        const rendered = inNamespace(net.server, [`${sandboxRoot}/usr/local/sbin/airlock-tailnet-render`, path.join(sandboxRoot, SSHD_TEMPLATE_PATH), `${sandboxRoot}/etc/ssh/sshd_config`, HOST_SSHD, "-t", "-f"], {
             env: { PATH: `${stubBin}:/usr/sbin:/usr/bin:/sbin:/bin`, AIRLOCK_TAILNET_WAIT_SECONDS: "5" },
         });
         expect(rendered.status, rendered.stderr).toBe(0);
@@ -154,7 +158,7 @@ describe.runIf(canRun)(`Hermes Agent ${HERMES_VERSION} as the gateway runs it`, 
         fs.mkdirSync("/workspace", { recursive: true });
         sshd = spawnInNamespace(
             net.server,
-            `mount --bind ${stubBin} /usr/local/bin && mount --bind ${sandboxRoot}/workspace /workspace && exec /usr/sbin/sshd -D -e -f ${sandboxRoot}/etc/ssh/sshd_config`,
+            `mount --bind ${stubBin} /usr/local/bin && mount --bind ${sandboxRoot}/workspace /workspace && exec ${HOST_SSHD} -D -e -f ${sandboxRoot}/etc/ssh/sshd_config`,
             path.join(work, "sshd.log"),
         );
         await waitForPort(net.client, SANDBOX_TAILNET, 22);

@@ -10,6 +10,10 @@ import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } fr
 import { enforceEgress, installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
 import { editedStack, REPO, renderedFile, renderHosts, sandboxSshConfigAt, tempDir } from "./helpers/stacks";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
+import { hostSshd } from "./helpers/hostTools";
+
+/** The hosts' sshd (Debian 13's OpenSSH), not this machine's. */
+const HOST_SSHD = hostSshd().sshd;
 
 /**
  * The command record end to end: the rendered sshd and wrapper in a "sandbox"
@@ -81,11 +85,11 @@ describe.runIf(canRun)("the command record through the real sshd", () => {
             { mode: 0o755 },
         );
         fs.writeFileSync(path.join(stubBin, "tailscale"), `#!/bin/sh\necho ${net.serverTailnet}\n`, { mode: 0o755 });
-        const rendered = inNamespace(net.server, [`${root}/usr/local/sbin/airlock-tailnet-render`, path.join(root, SSHD_TEMPLATE_PATH), `${root}/etc/ssh/sshd_config`, "/usr/sbin/sshd", "-t", "-f"], {
+        const rendered = inNamespace(net.server, [`${root}/usr/local/sbin/airlock-tailnet-render`, path.join(root, SSHD_TEMPLATE_PATH), `${root}/etc/ssh/sshd_config`, HOST_SSHD, "-t", "-f"], {
             env: { PATH: `${stubBin}:/usr/sbin:/usr/bin:/sbin:/bin`, AIRLOCK_TAILNET_WAIT_SECONDS: "5" },
         });
         expect(rendered.status, rendered.stderr).toBe(0);
-        sshd = spawnInNamespace(net.server, `mount --bind ${stubBin} /usr/local/bin && exec /usr/sbin/sshd -D -e -f ${root}/etc/ssh/sshd_config`, path.join(clientDir, "sshd.log"));
+        sshd = spawnInNamespace(net.server, `mount --bind ${stubBin} /usr/local/bin && exec ${HOST_SSHD} -D -e -f ${root}/etc/ssh/sshd_config`, path.join(clientDir, "sshd.log"));
         await waitForPort(net.client, net.serverTailnet, 22);
 
         const sshConfig = path.join(clientDir, "ssh_config");

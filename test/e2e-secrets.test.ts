@@ -15,6 +15,10 @@ import { AIRLOCK_BIN } from "./helpers/cli";
 import { readmeSample } from "./helpers/readme";
 import { editedStack, renderedFile, renderHosts, sandboxSshConfigAt, tempDir } from "./helpers/stacks";
 import { freeUid, installFiles, isRoot, run, TEST_TAILNET_DOMAIN, toolsAvailable, withTailnetValues } from "./helpers/tools";
+import { hostSshd } from "./helpers/hostTools";
+
+/** The hosts' sshd (Debian 13's OpenSSH), not this machine's. */
+const HOST_SSHD = hostSshd().sshd;
 
 /**
  * `airlock secrets push` end to end: the operator's CLI in one network namespace,
@@ -130,7 +134,7 @@ describe.runIf(canRun)("airlock secrets push to the gateway over ssh", () => {
             .replace("@TAILNET_IPV4@", net.serverTailnet)
             .replace("HostKey /etc/ssh/ssh_host_ed25519_key", `HostKey ${hostKey}`)
             .replace("AuthorizedKeysFile /etc/ssh/authorized_keys/%u", `AuthorizedKeysFile ${root}/etc/ssh/authorized_keys/%u`);
-        fs.writeFileSync(path.join(root, "sshd_config"), sshdConfig, { mode: 0o600 });
+        fs.writeFileSync(path.join(root, "sshd_config"), hostSshd().configLines + sshdConfig, { mode: 0o600 });
 
         // The agent's "rootless" Docker: a test daemon whose socket is where the tool looks for it.
         runtimeDir = `/run/user/${uid}`;
@@ -167,7 +171,7 @@ describe.runIf(canRun)("airlock secrets push to the gateway over ssh", () => {
 
         // The gateway's sshd, with the tool at its gateway path (in sshd's own mount namespace).
         sshdLog = path.join(work, "sshd.log");
-        sshd = spawnInNamespace(net.server, `mount --bind ${root}/usr/local/sbin /usr/local/sbin && exec /usr/sbin/sshd -D -e -f ${root}/sshd_config`, sshdLog);
+        sshd = spawnInNamespace(net.server, `mount --bind ${root}/usr/local/sbin /usr/local/sbin && exec ${HOST_SSHD} -D -e -f ${root}/sshd_config`, sshdLog);
         await waitForPort(net.client, net.serverTailnet, 22);
 
         // The operator's ssh config: the gateway's MagicDNS name, its pinned host key.

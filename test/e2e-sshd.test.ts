@@ -10,6 +10,10 @@ import { editedStack, REPO, tempDir, renderHosts, renderedFile, sandboxSshConfig
 import { TestBroker } from "./helpers/broker";
 import { agentSshArgs, enforceEgress, installSandboxSshd, newHostKey, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
+import { hostSshd } from "./helpers/hostTools";
+
+/** The hosts' sshd (Debian 13's OpenSSH), not this machine's. */
+const HOST_SSHD = hostSshd().sshd;
 
 /**
  * End to end: the rendered sandbox sshd, started by the rendered boot script, in a
@@ -105,7 +109,7 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
         sshdLog = path.join(clientDir, "sshd.log");
         sshd = spawnInNamespace(
             net.server,
-            `mount --bind ${stubBin} /usr/local/bin && mount --bind ${root}/etc/pam.d/sshd /etc/pam.d/sshd && exec /usr/sbin/sshd -D -e -f ${root}/etc/ssh/sshd_config`,
+            `mount --bind ${stubBin} /usr/local/bin && mount --bind ${root}/etc/pam.d/sshd /etc/pam.d/sshd && exec ${HOST_SSHD} -D -e -f ${root}/etc/ssh/sshd_config`,
             sshdLog,
         );
         await waitForPort(net.client, net.serverTailnet, 22);
@@ -141,7 +145,7 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
         // Exactly the ExecStartPre of the rendered ssh.service drop-in, with the test tree's paths.
         return inNamespace(
             net.server,
-            [`${root}/usr/local/sbin/airlock-tailnet-render`, path.join(root, SSHD_TEMPLATE_PATH), target, "/usr/sbin/sshd", "-t", "-f"],
+            [`${root}/usr/local/sbin/airlock-tailnet-render`, path.join(root, SSHD_TEMPLATE_PATH), target, HOST_SSHD, "-t", "-f"],
             { env: { PATH: `${root}/stub-bin:/usr/sbin:/usr/bin:/sbin:/bin`, AIRLOCK_TAILNET_WAIT_SECONDS: "2" } },
         );
     }
@@ -185,6 +189,27 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
         const other = ssh(["-o", "ControlPath=none", "-o", `UserKnownHostsFile=${clientDir}/known_hosts.other`], ["true"]);
         expect(other.status).toBe(255);
         expect(other.stderr).toMatch(/Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED/);
+    });
+
+    it("is the hosts' sshd (Debian 13's OpenSSH 10), not this machine's", () => {
+        const banner = inNamespace(net.client, ["bash", "-c", `exec 3<>/dev/tcp/${net.serverTailnet}/22 && head -n 1 <&3`]);
+        expect(banner.stdout).toMatch(/^SSH-2\.0-OpenSSH_10\.\d+p\d+ Debian-/);
+    });
+
+    it("logins the sandbox refuses (a key it does not know) never lock the gateway's next connection out: no per-source penalty on the tailnet", () => {
+        // OpenSSH 9.8+ refuses a source address after failed logins (PerSourcePenalties: authfail 5 s,
+        // noauth 1 s, enforced from 15 s, up to 600 s). The gateway is the only peer that reaches this
+        // port: whatever fails to log in from it (a process with a stale key, a replaced sandbox's
+        // host key refused) would keep the agent's commands, root's backups and record pulls out.
+        const stranger = path.join(clientDir, "stranger_key");
+        if (!fs.existsSync(stranger)) newHostKey(stranger);
+        for (let i = 0; i < 5; i++) {
+            const refused = inNamespace(net.client, ["ssh", "-F", "/dev/null", "-i", stranger, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", `${AGENT}@${net.serverTailnet}`, "true"]);
+            expect(refused.status).toBe(255);
+        }
+        const next = ssh(["-o", "ControlPath=none"], ["true"]);
+        expect(next.stderr).toBe("");
+        expect(next.status).toBe(0);
     });
 
     it("port 22 on the public address is refused", () => {
@@ -291,8 +316,8 @@ describe.runIf(canRun)("sandbox sshd end to end", () => {
             const key = path.join(gatewayRoot, "host_key");
             newHostKey(key);
             const config = path.join(gatewayRoot, "sshd_config");
-            fs.writeFileSync(config, file(gateway, SSHD_TEMPLATE_PATH).replace("@TAILNET_IPV4@", "100.100.7.2").replace("HostKey /etc/ssh/ssh_host_ed25519_key", `HostKey ${key}`), { mode: 0o600 });
-            const gatewaySshd = spawnInNamespace(net.client, `exec /usr/sbin/sshd -D -e -f ${config}`, path.join(gatewayRoot, "log"));
+            fs.writeFileSync(config, hostSshd().configLines + file(gateway, SSHD_TEMPLATE_PATH).replace("@TAILNET_IPV4@", "100.100.7.2").replace("HostKey /etc/ssh/ssh_host_ed25519_key", `HostKey ${key}`), { mode: 0o600 });
+            const gatewaySshd = spawnInNamespace(net.client, `exec ${HOST_SSHD} -D -e -f ${config}`, path.join(gatewayRoot, "log"));
             try {
                 await waitForPort(net.server, "100.100.7.2", 22);
                 const audit = inNamespace(net.server, ["ssh-audit", "--no-colors", "--timeout=5", "100.100.7.2"]);

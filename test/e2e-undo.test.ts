@@ -13,6 +13,10 @@ import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } fr
 import { editedStack, readmeSample, renderHosts, renderedFile, sandboxSshConfigAt, tempDir } from "./helpers/stacks";
 import { agentSshArgs, enforceEgress, installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
 import { freeUid, isRoot, run, toolsAvailable } from "./helpers/tools";
+import { hostSshd } from "./helpers/hostTools";
+
+/** The hosts' sshd (Debian 13's OpenSSH), not this machine's. */
+const HOST_SSHD = hostSshd().sshd;
 
 /**
  * The undo button end to end, the agent's way: ssh from a "gateway" namespace with
@@ -116,11 +120,11 @@ describe.runIf(canRun)("the undo button through ssh", () => {
         const stubBin = path.join(root, "stub-bin");
         fs.mkdirSync(stubBin);
         fs.writeFileSync(path.join(stubBin, "tailscale"), `#!/bin/sh\necho ${net.serverTailnet}\n`, { mode: 0o755 });
-        const rendered = inNamespace(net.server, [`${root}/usr/local/sbin/airlock-tailnet-render`, path.join(root, SSHD_TEMPLATE_PATH), `${root}/etc/ssh/sshd_config`, "/usr/sbin/sshd", "-t", "-f"], {
+        const rendered = inNamespace(net.server, [`${root}/usr/local/sbin/airlock-tailnet-render`, path.join(root, SSHD_TEMPLATE_PATH), `${root}/etc/ssh/sshd_config`, HOST_SSHD, "-t", "-f"], {
             env: { PATH: `${stubBin}:/usr/sbin:/usr/bin:/sbin:/bin`, AIRLOCK_TAILNET_WAIT_SECONDS: "2" },
         });
         expect(rendered.status, rendered.stderr).toBe(0);
-        sshd = spawnInNamespace(net.server, `exec /usr/sbin/sshd -D -e -f ${root}/etc/ssh/sshd_config`, path.join(clientDir, "sshd.log"));
+        sshd = spawnInNamespace(net.server, `exec ${HOST_SSHD} -D -e -f ${root}/etc/ssh/sshd_config`, path.join(clientDir, "sshd.log"));
         await waitForPort(net.client, net.serverTailnet, 22);
         gatewayConfig = path.join(clientDir, "ssh_config");
         fs.writeFileSync(gatewayConfig, sandboxSshConfigAt(gateway, net.serverTailnet));

@@ -6,6 +6,7 @@ import { RenderedHost, SSHD_TEMPLATE_PATH, withTailnetKey } from "../components/
 import { HERMES_RUNTIME } from "../policies/contract";
 import { fakeTailnetKey, SHIPPED_STACKS, stackFile, tempDir, renderHosts, renderedFile } from "./helpers/stacks";
 import { installFiles, isRoot, run, TEST_TAILNET_IPV4, toolsAvailable, withTailnetValues } from "./helpers/tools";
+import { hostSshd } from "./helpers/hostTools";
 
 /** Every rendered artifact is checked by the real program that consumes it. */
 
@@ -19,7 +20,8 @@ const hosts: [string, RenderedHost][] = SHIPPED_STACKS.flatMap((stack) => {
 
 const sshdTemplate = (host: RenderedHost) => renderedFile(host, SSHD_TEMPLATE_PATH);
 
-describe.runIf(toolsAvailable("sshd config checks", ["sshd", "ssh-keygen"]) && isRoot())("sshd -t / sshd -T", () => {
+describe.runIf(toolsAvailable("sshd config checks", ["sshd", "ssh-keygen"]) && isRoot())("sshd -t / sshd -T (the hosts' sshd)", () => {
+    const sshd = hostSshd();
     let dir: string;
     let hostKey: string;
     beforeAll(() => {
@@ -32,8 +34,8 @@ describe.runIf(toolsAvailable("sshd config checks", ["sshd", "ssh-keygen"]) && i
     /** `sshd -T` for a connection from `user`, as a keyword -> values map. */
     function effective(configText: string, user: string): Map<string, string[]> {
         const file = path.join(dir, `sshd_config.${user}`);
-        fs.writeFileSync(file, configText);
-        const result = run("sshd", ["-T", "-f", file, "-h", hostKey, "-C", `user=${user},host=gateway,addr=100.100.7.2`]);
+        fs.writeFileSync(file, sshd.configLines + configText);
+        const result = run(sshd.sshd, ["-T", "-f", file, "-h", hostKey, "-C", `user=${user},host=gateway,addr=100.100.7.2`]);
         expect(result.stderr).toBe("");
         expect(result.status).toBe(0);
         const values = new Map<string, string[]>();
@@ -46,8 +48,8 @@ describe.runIf(toolsAvailable("sshd config checks", ["sshd", "ssh-keygen"]) && i
 
     it.each(hosts)("%s: sshd -t accepts the rendered config", (_, host) => {
         const file = path.join(dir, "sshd_config.t");
-        fs.writeFileSync(file, withTailnetValues(sshdTemplate(host)));
-        const result = run("sshd", ["-t", "-f", file, "-h", hostKey]);
+        fs.writeFileSync(file, sshd.configLines + withTailnetValues(sshdTemplate(host)));
+        const result = run(sshd.sshd, ["-t", "-f", file, "-h", hostKey]);
         expect(result.stderr).toBe("");
         expect(result.status).toBe(0);
     });
@@ -72,6 +74,8 @@ describe.runIf(toolsAvailable("sshd config checks", ["sshd", "ssh-keygen"]) && i
         expect(eff.get("forcecommand")).toEqual(["/usr/local/libexec/airlock/sandbox-shell"]);
         expect(eff.get("acceptenv")).toEqual(["GITHUB_TOKEN"]);
         expect(eff.get("permittty")).toEqual(["no"]);
+        // Only the gateway reaches it: no per-source penalty locks it out (test/e2e-sshd.test.ts).
+        expect(eff.get("persourcepenaltyexemptlist")).toEqual(["100.64.0.0/10"]);
     });
 
     it.each(hosts)("%s: a cloud-image drop-in read after it cannot loosen anything (first value wins)", (_, host) => {

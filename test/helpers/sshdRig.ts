@@ -7,6 +7,7 @@ import { renderedFile } from "./stacks";
 import { egressRulesFor } from "./egress";
 import { inNamespace } from "./netns";
 import { installFiles, run } from "./tools";
+import { hostSshd } from "./hostTools";
 
 /** A new ed25519 key at `file`; returns its public half as "ssh-ed25519 AAAA...". */
 export function newHostKey(file: string): string {
@@ -17,7 +18,7 @@ export function newHostKey(file: string): string {
 /**
  * Installs the sandbox's rendered files under `root` (root-owned, for sshd's
  * StrictModes) with the sshd template's absolute paths moved into that tree and
- * a fresh host key; nothing else in the template changes. Returns the host key's
+ * a fresh host key, for the hosts' sshd (test/helpers/hostTools.ts); nothing else in the template changes. Returns the host key's
  * public half, for the gateway's pin.
  */
 export function installSandboxSshd(sandbox: RenderedHost, root: string): string {
@@ -26,7 +27,8 @@ export function installSandboxSshd(sandbox: RenderedHost, root: string): string 
     const hostKey = path.join(root, "ssh_host_ed25519_key");
     const publicKey = newHostKey(hostKey);
     fs.mkdirSync("/run/sshd", { recursive: true, mode: 0o755 });
-    const template = renderedFile(sandbox, SSHD_TEMPLATE_PATH)
+    // The hosts' sshd (hostSshd) first needs its own programs' paths; nothing else changes.
+    const template = (hostSshd().configLines + renderedFile(sandbox, SSHD_TEMPLATE_PATH))
         .replace("HostKey /etc/ssh/ssh_host_ed25519_key", `HostKey ${hostKey}`)
         .replace("AuthorizedKeysFile /etc/ssh/authorized_keys/%u", `AuthorizedKeysFile ${root}/etc/ssh/authorized_keys/%u`)
         .replace(`ForceCommand ${SANDBOX_WRAPPER_PATH}`, `ForceCommand ${root}${SANDBOX_WRAPPER_PATH}`);
