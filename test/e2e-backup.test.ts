@@ -83,6 +83,24 @@ describe.runIf(canRun)("backup and restore drill with real restic and PostgreSQL
         rig.writeWorkspace(3);
     });
 
+    it.each([
+        ["airlock-db-dump", [], "db"],
+        ["airlock-backup", ["sandbox"], "workspace"],
+    ])("%s: a stream from the sandbox that fails halfway fails the unit and stores no snapshot (never a truncated latest)", (script, args, tag) => {
+        // The sandbox's pg_dump or tar writes part of its output, then fails; restic must not keep it.
+        const own = rig.newRepository();
+        const before = JSON.parse(rig.restic(own, ["snapshots", "--json", "--tag", tag]).stdout) as unknown[];
+        for (const sandboxExec of ["sh -c 'printf PGDMP-first-half; exit 1'", "sh -c 'exit 1'"]) {
+            const failed = rig.script(script, args, own, { AIRLOCK_SANDBOX_EXEC: sandboxExec });
+            expect(failed.status, sandboxExec).not.toBe(0);
+        }
+        expect(JSON.parse(rig.restic(own, ["snapshots", "--json", "--tag", tag]).stdout)).toEqual(before);
+        // And a whole one is still stored.
+        const whole = rig.script(script, args, own);
+        expect(whole.status, whole.stderr).toBe(0);
+        expect(JSON.parse(rig.restic(own, ["snapshots", "--json", "--tag", tag]).stdout)).toHaveLength(before.length + 1);
+    });
+
     it("fails loudly against an empty repository", () => {
         const empty = rig.newRepository();
         const drill = rig.script("airlock-restore-drill", [], empty);

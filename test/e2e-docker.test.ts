@@ -10,6 +10,7 @@ import { egressRulesFor, inEgressNamespace } from "./helpers/egress";
 import { editedStack, renderHosts, renderedFile } from "./helpers/stacks";
 import { importTestImage, startDockerd, TestDocker } from "./helpers/dockerd";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
+import { hostToolsBin } from "./helpers/hostTools";
 
 /**
  * The rendered sandbox compose file, run by a real dockerd; `docker inspect` and
@@ -33,7 +34,7 @@ describe.runIf(canRun)("the rendered sandbox compose on a real dockerd", () => {
     let egressRules: string;
     const runWrapper = (env: Record<string, string>) => {
         const [cmd, ...args] = inEgressNamespace(egressRules, [wrapper]);
-        return run(cmd, args, { env: { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", ...env }, timeout: 60_000 });
+        return run(cmd, args, { env: { PATH: [hostToolsBin(), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"].filter(Boolean).join(":"), ...env }, timeout: 60_000 });
     };
     const userSocketDir = "/run/user/0";
     let createdUserSocketDir = false;

@@ -41,7 +41,7 @@ describe.runIf(toolsAvailable("airlock-tailnet-render", ["jq", "bash"]))("airloc
         const output = options.target ?? path.join(bin, "rendered");
         fs.writeFileSync(input, template);
         const result = run(script, [...(options.args ?? []), input, output], { env: { PATH: `${bin}:${path.join(dir, "bin")}:/usr/bin:/bin`, AIRLOCK_TAILNET_WAIT_SECONDS: "2" } });
-        return { ...result, written: fs.existsSync(output) ? fs.readFileSync(output, "utf8") : undefined, leftovers: fs.readdirSync(bin).filter((f) => f.startsWith("rendered")) };
+        return { ...result, written: fs.existsSync(output) && fs.statSync(output).isFile() ? fs.readFileSync(output, "utf8") : undefined, leftovers: fs.readdirSync(bin).filter((f) => f.startsWith("rendered")) };
     }
 
     /** The sandbox's ssh config as the gateway renders it (its own and the runtime's), with `peers` in the tailnet. */
@@ -73,11 +73,29 @@ describe.runIf(toolsAvailable("airlock-tailnet-render", ["jq", "bash"]))("airloc
         expect(gatewayFiles).not.toContain(GATEWAY_AGENT_PATHS.sshConfig);
     });
 
+    it("takes only a node named NAME or NAME-N in this tailnet's domain: a tag owner may tag another device", () => {
+        const result = sandboxConfig([
+            peer("100.100.7.3", ["tag:airlock-dev-sandbox"], true, "2026-12-06T10:00:00Z", "airlock-dev-sandbox-1"),
+            peer("100.100.7.8", ["tag:airlock-dev-sandbox"], true, "2026-12-07T10:00:00Z", "laptop"),
+            peer("100.100.7.9", ["tag:airlock-dev-sandbox"], true, "2026-12-07T10:00:00Z", "airlock-dev-sandbox-x"),
+            { ...peer("100.100.7.10", ["tag:airlock-dev-sandbox"], true, "2026-12-07T10:00:00Z"), DNSName: "airlock-dev-sandbox.other-tailnet.ts.net." },
+        ]);
+        expect(result.status, result.stderr).toBe(0);
+        expect(result.written).toMatch(/^\tHostName 100\.100\.7\.3$/m);
+    });
+
+    it("refuses a target that is a folder, rather than writing into it", () => {
+        const folder = fs.mkdtempSync(path.join(dir, "folder-target-"));
+        const result = sandboxConfig([peer("100.100.7.3", ["tag:airlock-dev-sandbox"], true, "2026-12-06T10:00:00Z")], { target: folder });
+        expect(result.status).not.toBe(0);
+        expect(fs.readdirSync(folder)).toEqual([]);
+    });
+
     it("takes no sharee node (another tailnet's device we shared to, which may carry a tag of that name), as tailscale status hides them", () => {
         // ipnstate.PeerStatus.ShareeNode: "owned by a shared-to user ... should be hidden by tailscale status".
         const result = sandboxConfig([
             peer("100.100.7.3", ["tag:airlock-dev-sandbox"], true, "2026-12-06T10:00:00Z"),
-            { ...peer("100.100.7.8", ["tag:airlock-dev-sandbox"], true, "2026-12-07T10:00:00Z", "their-box"), ShareeNode: true },
+            { ...peer("100.100.7.8", ["tag:airlock-dev-sandbox"], true, "2026-12-07T10:00:00Z", "airlock-dev-sandbox-2"), ShareeNode: true },
         ]);
         expect(result.status, result.stderr).toBe(0);
         expect(result.written).toMatch(/^\tHostName 100\.100\.7\.3$/m);
@@ -97,6 +115,9 @@ describe.runIf(toolsAvailable("airlock-tailnet-render", ["jq", "bash"]))("airloc
         ["with a second line (an ssh option)", "100.100.7.2\n\tProxyCommand touch /tmp/airlock-owned"],
         ["with a second line escaped for sed", "100.100.7.2\n\\\n\tProxyCommand touch /tmp/airlock-owned"],
         ["with a second line and sed's own newline", "100.100.7.2\n\tProxyCommand touch /tmp/airlock-owned\\"],
+        // ssh reads a leading zero as octal: 100.064.1.1 is 100.52.1.1, a public address.
+        ["with a leading zero (octal to ssh)", "100.064.1.1"],
+        ["with a leading zero in the last octet", "100.64.0.08"],
     ])("refuses a sandbox address %s and writes nothing", (_, ip) => {
         const result = sandboxConfig([peer(ip, ["tag:airlock-dev-sandbox"], true, "2026-12-06T10:00:00Z")]);
         expect(result.status).toBe(1);

@@ -18,6 +18,7 @@ readonly RESTIC_CACHE="${RESTIC_CACHE_DIR:-/var/cache/airlock-restic}"
 # How a command reaches the sandbox's shell container: the agent's pinned ssh, with the
 # rendered client settings only and a connection of its own (nothing the agent user
 # wrote in its ~/.ssh is read or reused).
+# shellcheck disable=SC2034 # used by the scripts that source this file
 readonly SANDBOX_EXEC="${AIRLOCK_SANDBOX_EXEC:-{{sandboxSsh}}}"
 # The unprivileged user that restores and reads everything that came from the sandbox.
 readonly DRILL_USER=airlock-drill
@@ -130,11 +131,15 @@ verify_repository() {
 		fail "the ${repository_name} repository id ${actual:0:8} is not the pinned ${pinned:0:8}: the repository was replaced or re-initialised"
 }
 
-# on_sandbox COMMAND: COMMAND in the sandbox's shell container, as the agent, with nothing
-# of this script's environment.
-on_sandbox() {
-	# shellcheck disable=SC2086 # SANDBOX_EXEC is a command line
-	env -i PATH="$CLEAN_PATH" $SANDBOX_EXEC "$1"
+# snapshot_of TAG NAME PROGRAM ARGS...: a snapshot of PROGRAM's output as the file NAME,
+# kept only when PROGRAM succeeds: restic (0.17+, --stdin-from-command) runs it and stores
+# nothing when it fails, where a pipe into --stdin would keep whatever arrived before the
+# failure (or nothing at all) as the newest snapshot. PROGRAM starts with none of restic's
+# environment (env -i): the credentials stay in restic.
+snapshot_of() {
+	local tag="$1" name="$2"
+	shift 2
+	restic_ backup --tag "$tag" --stdin-from-command --stdin-filename "$name" -- env -i PATH="$CLEAN_PATH" "$@"
 }
 
 # new_scratch: prints a fresh root-owned folder for confined work: input/ (files the

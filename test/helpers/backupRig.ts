@@ -4,6 +4,7 @@ import { expect } from "vitest";
 import { readStackFile } from "../../components/config/load";
 import { editedStack, renderHosts } from "./stacks";
 import { isRoot, run, toolsAvailable } from "./tools";
+import { hostToolsBin } from "./hostTools";
 
 /**
  * The gateway's rendered backup scripts, installed under a scratch root and run as
@@ -141,7 +142,8 @@ export class BackupRig {
         return run(path.join(this.root, "usr/local/sbin", name), args, {
             timeout: 300_000,
             env: {
-                PATH: `${path.join(this.root, "usr/local/sbin")}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`,
+                // The hosts' restic (test/helpers/hostTools.ts) before this machine's.
+                PATH: [path.join(this.root, "usr/local/sbin"), hostToolsBin(), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"].filter(Boolean).join(":"),
                 AIRLOCK_BACKUP_LIB_DIR: path.join(this.root, "usr/local/lib/airlock"),
                 AIRLOCK_BACKUP_ENV_DIR: repo.envDir,
                 AIRLOCK_STATE_DIR: repo.stateDir,

@@ -80,6 +80,12 @@ async function ensureHostTools(): Promise<string> {
     return dir;
 }
 
+/** The folder with the hosts' restic and docker-compose, for a rig that sets PATH itself ("" where they were not fetched). */
+export function hostToolsBin(): string {
+    const bin = path.join(hostToolsDir(), "bin");
+    return fs.existsSync(bin) ? bin : "";
+}
+
 export default async function setup(): Promise<void> {
     let dir: string;
     try {
