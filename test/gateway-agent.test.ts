@@ -9,7 +9,7 @@ import { planStack } from "../cli/offline";
 import { writePlan } from "../cli/plan";
 import { ConfigError, configFromPulumiRuntime, readStackFile } from "../components/config/load";
 import { COMPOSE_TEMPLATE_PATH, RenderedHost } from "../components/render/hosts";
-import { AGENT_STATE_MOUNT, GATEWAY_AGENT_PATHS, RUNTIME_PATH, RUNTIME_SSH_CONFIG, RUNTIME_SSH_KEY } from "../components/workloads/compose";
+import { AGENT_STATE_MOUNT, GATEWAY_AGENT_PATHS, RUNTIME_PATH, RUNTIME_SSH_FOLDER, RUNTIME_SSH_KEY } from "../components/workloads/compose";
 import { HERMES_RUNTIME } from "../policies/contract";
 import { readmeSample } from "./helpers/readme";
 import { deployedValues, editedStack, renderedFile, renderHosts, tempDir } from "./helpers/stacks";
@@ -169,7 +169,7 @@ describe("the runtime in the gateway's compose", () => {
                 `${GATEWAY_AGENT_PATHS.hermesConfig}:${HERMES_RUNTIME.managedConfig}:ro`,
                 `${GATEWAY_AGENT_PATHS.hermesEnv}:${HERMES_RUNTIME.managedEnv}:ro`,
                 `${GATEWAY_AGENT_PATHS.hermesPreflight}:${GATEWAY_AGENT_PATHS.hermesPreflight}:ro`,
-                `${GATEWAY_AGENT_PATHS.sshConfig}:${RUNTIME_SSH_CONFIG}:ro`,
+                `${GATEWAY_AGENT_PATHS.sshFolder}:${RUNTIME_SSH_FOLDER}:ro`,
                 `${GATEWAY_AGENT_PATHS.knownHosts}:${GATEWAY_AGENT_PATHS.knownHosts}:ro`,
                 `${GATEWAY_AGENT_PATHS.runtimeSshKey}:${RUNTIME_SSH_KEY}:ro`,
                 `${GATEWAY_AGENT_PATHS.githubTokenSocket}:${GATEWAY_AGENT_PATHS.githubTokenSocket}`,

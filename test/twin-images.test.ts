@@ -240,7 +240,8 @@ describe.runIf(canRun)("the twin's images and registry", () => {
     it("the gateway compose runs the real AdGuard Home, which answers, blocks and logs every query", () => {
         // The gateway's rendered files (ssh config, Hermes's managed files...) under a root of the test's own.
         installFiles(renderHosts(prod).gateway, root);
-        // The runtime's ssh config, as airlock-tailnet-render writes it at boot.
+        // The runtime's ssh config, as airlock-sandbox-address writes it at boot (its folder first).
+        fs.mkdirSync(path.join(root, GATEWAY_AGENT_PATHS.sshFolder), { recursive: true });
         fs.writeFileSync(path.join(root, GATEWAY_AGENT_PATHS.sshConfig), sandboxSshConfigAt(renderHosts(prod).gateway, `${prod.hostnames.sandbox}.${TEST_TAILNET_DOMAIN}`), { mode: 0o644 });
         // The sandbox's host key pinned as at deploy (the runtime's preflight refuses a known_hosts that pins none).
         const hostKey = path.join(dir, "sandbox_host_ed25519");
