@@ -471,6 +471,12 @@ describe.runIf(canRun)("the twin", () => {
         // io_uring_setup (425 on x86_64) answers ENOSYS, as on a kernel without it.
         const ring = asAgent(`python3 -c "import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); r = libc.syscall(425, 1, ctypes.create_string_buffer(120)); print('io_uring', 'made' if r >= 0 else os.strerror(ctypes.get_errno()))"`);
         expect(ring.stdout.trim(), ring.stderr).toBe("io_uring Function not implemented");
+        // And after an escape to its host user, on either host: the kernel makes none for anyone.
+        for (const role of ["sandbox", "gateway"] as const) {
+            expect(asRoot(role, "sysctl -n kernel.io_uring_disabled").stdout.trim(), role).toBe("2");
+            const escaped = asRoot(role, `runuser -u ${cfg.agent.user} -- python3 -c "import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); r = libc.syscall(425, 1, ctypes.create_string_buffer(120)); print('io_uring', 'made' if r >= 0 else os.strerror(ctypes.get_errno()))"`);
+            expect(escaped.stdout.trim(), `${role}: ${escaped.stderr}`).toBe("io_uring Operation not permitted");
+        }
     }, 5 * MINUTE);
 
     it("backups and the restore drill pass against the twin's B2 stand-in, and the drill fails once the stand-in's data is truncated", () => {

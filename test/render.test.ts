@@ -5,7 +5,7 @@ import { describe, expect, it } from "vitest";
 import * as YAML from "yaml";
 import { readStackFile } from "../components/config/load";
 import { hostFirewallRules } from "../components/host";
-import { TAILNET_AUTH_KEY_PLACEHOLDER, withTailnetKey } from "../components/render/hosts";
+import { IO_URING_OFF_PATH, TAILNET_AUTH_KEY_PLACEHOLDER, withTailnetKey } from "../components/render/hosts";
 import { renderTemplate } from "../components/render/templates";
 import { fakeTailnetKey, SHIPPED_STACKS, stackFile, renderHosts, renderedFile, tempDir } from "./helpers/stacks";
 
@@ -57,6 +57,20 @@ describe.each(SHIPPED_STACKS)("rendered hosts of %s", (stack) => {
             const join = renderedFile(host, "/usr/local/sbin/airlock-tailnet-join");
             expect(join).toMatch(/tailscale up/);
             expect(join).not.toMatch(/--ssh\b/);
+        }
+    });
+
+    it("turn io_uring off for every process (sysctl reads the rendered file), loaded right after the bundle on first boot", () => {
+        for (const host of hosts) {
+            const file = path.join(tempDir("sysctl"), "io-uring-off.conf");
+            fs.writeFileSync(file, renderedFile(host, IO_URING_OFF_PATH));
+            // Its one setting.
+            const parsed = spawnSync("sh", ["-c", `grep -v '^#' "$1" | grep .`, "sh", file], { encoding: "utf8" }).stdout.trim();
+            expect(parsed).toBe("kernel.io_uring_disabled = 2");
+            const runcmd = (YAML.parse(host.cloudInit).runcmd as (string | string[])[]).map((line) => (Array.isArray(line) ? line.join(" ") : line));
+            const bundle = runcmd.indexOf("/usr/local/sbin/airlock-bundle-install || exit 1");
+            expect(runcmd[bundle + 1]).toBe(`sysctl --quiet --load=${IO_URING_OFF_PATH} || exit 1`);
+            expect(IO_URING_OFF_PATH).toMatch(/^\/etc\/sysctl\.d\/[^/]+\.conf$/);
         }
     });
 

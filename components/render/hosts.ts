@@ -66,6 +66,8 @@ export const GATEWAY_KNOWN_HOSTS_PATH = "/etc/airlock/known_hosts";
 export const DHCP_KEEP_RESOLV_CONF_PATH = "/etc/dhcp/dhclient-enter-hooks.d/airlock-keep-resolv-conf";
 /** The same for dhcpcd (Debian 13's default client): its enter hook, sourced before its resolv.conf hook. */
 export const DHCPCD_ENTER_HOOK_PATH = "/etc/dhcpcd.enter-hook";
+/** No io_uring on the host (systemd-sysctl at every boot; the first boot loads it after the bundle). */
+export const IO_URING_OFF_PATH = "/etc/sysctl.d/60-airlock-io-uring-off.conf";
 /** Overrides systemd's ssh generator by name: sshd listens on the tailnet address only. */
 export const SSH_GENERATOR_OVERRIDE_PATH = "/etc/systemd/system-generators/systemd-ssh-generator";
 /** Where each host keeps its sshd template; airlock-tailnet-render writes the live config from it. */
@@ -150,6 +152,7 @@ function commonFiles(cfg: StackConfig, role: HostRole, units: HostUnits): HostFi
         config(DHCP_KEEP_RESOLV_CONF_PATH, "dhcp/keep-resolv-conf"),
         config(DHCPCD_ENTER_HOOK_PATH, "dhcp/dhcpcd-enter-hook"),
         script(SSH_GENERATOR_OVERRIDE_PATH, "systemd/ssh-generator-off"),
+        config(IO_URING_OFF_PATH, "sysctl/io-uring-off.conf"),
         script("/usr/local/sbin/airlock-install-tailscale", "scripts/install-tailscale", { fingerprint: TAILSCALE_REPOSITORY_KEY_FINGERPRINT }),
         script("/usr/local/sbin/airlock-tailnet-join", "scripts/tailnet-join", {
             hostname: cfg.hostnames[role],
