@@ -193,6 +193,27 @@ describe.runIf(canRun)("backup and restore drill with real restic and PostgreSQL
     });
 
     describe("airlock-backup-init: a repository is initialised once, by the operator", () => {
+        it("a credentials file whose password does not open the repository: init initialises nothing over it, and every run says why", () => {
+            const own = rig.newRepository();
+            const env = path.join(own.envDir, "sandbox.env");
+            const good = fs.readFileSync(env, "utf8");
+            fs.writeFileSync(env, good.replace(`RESTIC_PASSWORD=${SECRETS.password}`, `RESTIC_PASSWORD=${SECRETS.password}-not`), { mode: 0o600 });
+            try {
+                const backup = rig.script("airlock-backup", ["sandbox"], own);
+                expect(backup.status).toBe(1);
+                expect(backup.stderr).toMatch(/FAILED: the sandbox repository at .* does not open with the RESTIC_PASSWORD of its credentials file \(pinned id [0-9a-f]{8}\)/);
+                fs.rmSync(path.join(own.envDir, "sandbox.id"));
+                const config = fs.readFileSync(path.join(own.path, "config"));
+                const init = rig.script("airlock-backup-init", ["sandbox"], own);
+                expect(init.status).toBe(1);
+                expect(init.stderr).toMatch(/FAILED: a repository exists at .*, and the RESTIC_PASSWORD of the credentials file does not open it: nothing initialised, nothing pinned/);
+                expect(fs.readFileSync(path.join(own.path, "config"))).toEqual(config);
+                expect(fs.existsSync(path.join(own.envDir, "sandbox.id"))).toBe(false);
+            } finally {
+                fs.writeFileSync(env, good, { mode: 0o600 });
+            }
+        });
+
         it("refuses when an id is already pinned", () => {
             const result = rig.script("airlock-backup-init", ["sandbox"], repo);
             expect(result.status).toBe(1);

@@ -111,22 +111,28 @@ pinned_id_file() {
 	echo "${ENV_DIR}/${repository_name}.id"
 }
 
-# The repository's id (from its config), or a non-zero status when it cannot be read.
+# The repository's id (from its config), or restic's status when it cannot be read
+# (restic 0.17+: 10 no repository there, 12 a wrong password), else 1.
 repository_id() {
 	local config
-	config="$(restic_ cat config)" || return 1
-	jq -er '.id | select(type == "string" and test("^[0-9a-f]{64}$"))' <<<"$config"
+	config="$(restic_ cat config)" || return
+	jq -er '.id | select(type == "string" and test("^[0-9a-f]{64}$"))' <<<"$config" || return 1
 }
 
 # Fails unless the repository exists and is the one the operator initialised.
 verify_repository() {
-	local file pinned actual
+	local file pinned actual status=0
 	file="$(pinned_id_file)"
 	[[ -s "$file" ]] || fail "no repository id is pinned in ${file}: the operator initialises the repository once with: sudo airlock-backup-init ${repository_name}"
 	pinned="$(<"$file")"
 	[[ "$pinned" =~ ^[0-9a-f]{64}$ ]] || bad_input "${file}: expected one 64-character hex repository id"
-	actual="$(repository_id)" ||
-		fail "the ${repository_name} repository is missing or unreadable at ${repository_url} (pinned id ${pinned:0:8}): its files may have been hidden; it is never re-initialised (README, \"Backups\")"
+	actual="$(repository_id)" || status=$?
+	case $status in
+	0) ;;
+	10) fail "there is no ${repository_name} repository at ${repository_url} (pinned id ${pinned:0:8}): its files may have been hidden; it is never re-initialised (README, \"Backups\")" ;;
+	12) fail "the ${repository_name} repository at ${repository_url} does not open with the RESTIC_PASSWORD of its credentials file (pinned id ${pinned:0:8})" ;;
+	*) fail "the ${repository_name} repository at ${repository_url} cannot be read (restic exit ${status}, pinned id ${pinned:0:8}); it is never re-initialised (README, \"Backups\")" ;;
+	esac
 	[[ "$actual" == "$pinned" ]] ||
 		fail "the ${repository_name} repository id ${actual:0:8} is not the pinned ${pinned:0:8}: the repository was replaced or re-initialised"
 }
