@@ -73,6 +73,10 @@ describe.runIf(canRun)("the twin", () => {
     /** From the twin's namespace: the internet, as far as the guests can tell. */
     const fromOutside = (command: string) => spawnSync("ip", ["netns", "exec", twinNetns(STACK), "bash", "-c", command], { encoding: "utf8", timeout: 30_000 });
     const tailnetIp = (role: "gateway" | "sandbox") => asRoot(role, "tailscale ip -4").stdout.trim();
+    /** The agent's rootless Docker CLI, as root runs it on a host. */
+    const agentDocker = () => `runuser -u ${cfg.agent.user} -- env XDG_RUNTIME_DIR=/run/user/${cfg.agent.uid} DOCKER_HOST=unix:///run/user/${cfg.agent.uid}/docker.sock docker`;
+    /** io_uring_setup (425 on x86_64) by raw syscall: "io_uring made", or the errno's message. */
+    const IO_URING_PROBE = `python3 -c "import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); r = libc.syscall(425, 1, ctypes.create_string_buffer(120)); print('io_uring', 'made' if r >= 0 else os.strerror(ctypes.get_errno()))"`;
     /** One word for sh: single-quoted. */
     const shq = (text: string) => `'${text.replace(/'/g, `'\\''`)}'`;
     /**
@@ -326,7 +330,7 @@ describe.runIf(canRun)("the twin", () => {
 
     it("the gateway's agent runtime, Hermes through its own loader and ssh terminal, runs the agent's command in the sandbox and on its record, not on the gateway", async () => {
         // The agent's rootless Docker (the same user on both hosts), as root there asks it.
-        const docker = `runuser -u ${cfg.agent.user} -- env XDG_RUNTIME_DIR=/run/user/${cfg.agent.uid} DOCKER_HOST=unix:///run/user/${cfg.agent.uid}/docker.sock docker`;
+        const docker = agentDocker();
         // The runtime's ssh config names the sandbox's node by its address once it has joined, by its
         // full MagicDNS name before (the gateway boots first): whichever it was when the runtime started.
         const domain = asRoot("gateway", "tailscale status --json | jq -r .MagicDNSSuffix").stdout.trim();
@@ -469,12 +473,12 @@ describe.runIf(canRun)("the twin", () => {
         expect(copied.stdout).toContain("copied");
         expect(copied.stdout).toMatch(/failed to clone .*Operation not permitted/);
         // io_uring_setup (425 on x86_64) answers ENOSYS, as on a kernel without it.
-        const ring = asAgent(`python3 -c "import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); r = libc.syscall(425, 1, ctypes.create_string_buffer(120)); print('io_uring', 'made' if r >= 0 else os.strerror(ctypes.get_errno()))"`);
+        const ring = asAgent(IO_URING_PROBE);
         expect(ring.stdout.trim(), ring.stderr).toBe("io_uring Function not implemented");
         // And after an escape to its host user, on either host: the kernel makes none for anyone.
         for (const role of ["sandbox", "gateway"] as const) {
             expect(asRoot(role, "sysctl -n kernel.io_uring_disabled").stdout.trim(), role).toBe("2");
-            const escaped = asRoot(role, `runuser -u ${cfg.agent.user} -- python3 -c "import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); r = libc.syscall(425, 1, ctypes.create_string_buffer(120)); print('io_uring', 'made' if r >= 0 else os.strerror(ctypes.get_errno()))"`);
+            const escaped = asRoot(role, `runuser -u ${cfg.agent.user} -- ${IO_URING_PROBE}`);
             expect(escaped.stdout.trim(), `${role}: ${escaped.stderr}`).toBe("io_uring Operation not permitted");
         }
     }, 5 * MINUTE);
@@ -555,8 +559,7 @@ describe.runIf(canRun)("the twin", () => {
             expect(asRoot("gateway", `ssh -G -F ${config} sandbox | grep '^hostname '`).stdout.trim(), config).toBe(`hostname ${tailnetIp("sandbox")}`);
         }
         // The running runtime sees the new one too: its folder is mounted, and the file was renamed into it.
-        const agentDocker = `runuser -u ${cfg.agent.user} -- env XDG_RUNTIME_DIR=/run/user/${cfg.agent.uid} DOCKER_HOST=unix:///run/user/${cfg.agent.uid}/docker.sock docker`;
-        expect(asRoot("gateway", `${agentDocker} exec airlock-agent ssh -G sandbox | grep '^hostname '`).stdout.trim()).toBe(`hostname ${tailnetIp("sandbox")}`);
+        expect(asRoot("gateway", `${agentDocker()} exec airlock-agent ssh -G sandbox | grep '^hostname '`).stdout.trim()).toBe(`hostname ${tailnetIp("sandbox")}`);
         const pinned = asRoot("gateway", "cat /etc/airlock/known_hosts").stdout.trim().split(/\s+/).slice(1, 3).join(" ");
         const served = asRoot("sandbox", "cat /etc/ssh/ssh_host_ed25519_key.pub").stdout.trim().split(/\s+/).slice(0, 2).join(" ");
         expect(served).toBe(pinned);
@@ -589,7 +592,7 @@ describe.runIf(canRun)("the twin", () => {
         // While the gateway is down, whatever of the agent runs is behind them: not its host user, not its container.
         expect(asRoot("sandbox", "nft list chain inet airlock agent").stdout).toMatch(/agent: metadata service/);
         expect(asRoot("sandbox", `runuser -u ${cfg.agent.user} -- bash -c ${shq(probe("169.254.169.254", 80))}`).stdout.trim()).not.toBe("open");
-        const docker = `runuser -u ${cfg.agent.user} -- env XDG_RUNTIME_DIR=/run/user/${cfg.agent.uid} DOCKER_HOST=unix:///run/user/${cfg.agent.uid}/docker.sock docker`;
+        const docker = agentDocker();
         const running = asRoot("sandbox", `${docker} ps --format '{{.Names}}'`).stdout;
         if (running.includes("agent-sandbox-shell")) {
             expect(asRoot("sandbox", `${docker} exec agent-sandbox-shell bash -c ${shq(probe("169.254.169.254", 80))}`).stdout.trim()).not.toBe("open");

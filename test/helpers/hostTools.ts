@@ -50,9 +50,11 @@ async function ensureHostTools(): Promise<string> {
             const unpacked = path.join(staging, "unpacked", ref.name);
             fs.mkdirSync(unpacked, { recursive: true });
             execFileSync("dpkg-deb", ["-x", apt.archiveFile(ref), unpacked]);
-            for (const [program, at] of Object.entries(HOST_TOOLS[ref.name])) fs.copyFileSync(path.join(unpacked, at), path.join(staging, "bin", program));
+            for (const [program, at] of Object.entries(HOST_TOOLS[ref.name])) {
+                fs.copyFileSync(path.join(unpacked, at), path.join(staging, "bin", program));
+                fs.chmodSync(path.join(staging, "bin", program), 0o755);
+            }
         }
-        for (const program of fs.readdirSync(path.join(staging, "bin"))) fs.chmodSync(path.join(staging, "bin", program), 0o755);
         const sshdRefs = await apt.current(HOST_SSHD_PACKAGES, true);
         await apt.download(sshdRefs);
         const sshdRoot = path.join(staging, "openssh", "root");
