@@ -3,6 +3,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import * as YAML from "yaml";
 import { readStackFile } from "../components/config/load";
+import type { StackConfig } from "../components/config/schema";
 
 /**
  * Is this machine ready for a real deployment? Each check says what it found and,
@@ -59,6 +60,33 @@ const atLeast = (version: number[], minimum: number[]) => {
     return true;
 };
 
+/**
+ * The placeholder keys the repository's stack files ship with (break-glass@example,
+ * ops@example, agent@airlock-*-gateway). Their private halves are not yours: a stack
+ * deployed with them lets whoever holds them in and keeps you out, and it shares its
+ * global B2 bucket names (derived from the break-glass key) with every other stack
+ * that kept them. test/operator.test.ts checks that each key the shipped stacks hold
+ * is in this list.
+ */
+export const SHIPPED_EXAMPLE_KEYS: readonly string[] = [
+    "AAAAC3NzaC1lZDI1NTE5AAAAIHBGTxlDeV2Q8bcniFvCucQEsrcyDFeiSGPnUF5k5UcS",
+    "AAAAC3NzaC1lZDI1NTE5AAAAIPWKETrPt8oVYVlHKofRu0YtZmqfPRzEon0UODMLMRhF",
+    "AAAAC3NzaC1lZDI1NTE5AAAAICOs3+Tz1jysDfJJaYO249ZyOtOgTl0rg445F/xghDMS",
+];
+
+/** Each key path of the stack that still holds a shipped placeholder key, with what to do about it. */
+function exampleKeysIn(cfg: StackConfig): string[] {
+    const isExample = (key: string) => SHIPPED_EXAMPLE_KEYS.includes(key.trim().split(/\s+/)[1] ?? "");
+    const yours = "is the repository's placeholder: put your own public key there";
+    return [
+        ...(isExample(cfg.breakGlassSshPublicKey) ? [`airlock:breakGlassSshPublicKey ${yours}`] : []),
+        ...cfg.gateway.adminSshKeys.flatMap((k, i) => (isExample(k) ? [`airlock:gateway.adminSshKeys[${i}] ${yours}`] : [])),
+        ...cfg.agent.authorizedKeys.flatMap((k, i) =>
+            isExample(k) ? [`airlock:agent.authorizedKeys[${i}] is the repository's placeholder: remove it (the new gateway prints its own agent key after the first up)`] : [],
+        ),
+    ];
+}
+
 const present = (env: Env, name: string) => typeof env[name] === "string" && env[name]!.length > 0;
 
 export function runDoctor(env: Env, stackFile?: string, stack?: string): DoctorCheck[] {
@@ -67,7 +95,7 @@ export function runDoctor(env: Env, stackFile?: string, stack?: string): DoctorC
     if (stackFile) {
         const exists = fs.existsSync(stackFile);
         // A broken stack file is bad input, reported exactly as `airlock plan` reports it (exit 2).
-        if (exists) readStackFile(stackFile);
+        const cfg = exists ? readStackFile(stackFile) : undefined;
         checks.push({
             name: "stack file",
             ok: exists,
@@ -75,6 +103,17 @@ export function runDoctor(env: Env, stackFile?: string, stack?: string): DoctorC
             detail: exists ? `${stackFile} is valid` : `${stackFile} does not exist`,
             fix: `airlock fork ${stack ?? "<name>"} --from dev, or pass --stack with one of the stacks in ${path.dirname(stackFile)}`,
         });
+        if (cfg) {
+            const examples = exampleKeysIn(cfg);
+            checks.push({
+                name: "ssh keys of your own",
+                ok: examples.length === 0,
+                required: true,
+                detail: examples.length === 0 ? "no key is one of the repository's placeholders" : "the stack still holds the repository's placeholder keys: their private halves are not yours",
+                ...(examples.length > 0 ? { findings: examples } : {}),
+                fix: `edit ${stackFile} (or pulumi config set --path '<key path>' '<your public key>'${forStack})`,
+            });
+        }
     }
     const keys = stackKeys(stackFile);
 

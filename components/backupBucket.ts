@@ -49,7 +49,12 @@ export class BackupBucket extends pulumi.ComponentResource {
         super("airlock:index:BackupBucket", name, {}, opts);
         const bucket = new B2Bucket(
             `${name}-bucket`,
-            { bucketName: bucketNameFor(args.prefix, args.machine, args.uniqueSeed), retentionDays: args.retentionDays, ...(args.objectLockDays ? { objectLockDays: args.objectLockDays } : {}) },
+            {
+                bucketName: bucketNameFor(args.prefix, args.machine, args.uniqueSeed),
+                retentionDays: args.retentionDays,
+                ...(args.objectLockDays ? { objectLockDays: args.objectLockDays } : {}),
+                ...(args.keepOnDelete ? {} : { emptyOnDelete: true }),
+            },
             // The name is chosen once: a new seed (a rotated break-glass key) never re-targets the backups.
             { parent: this, ignoreChanges: ["bucketName"], retainOnDelete: args.keepOnDelete },
         );

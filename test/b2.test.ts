@@ -52,6 +52,28 @@ describe("the B2 dynamic provider against the fake B2", () => {
         expect(await bucketProvider.read!(created.id, created.outs)).toEqual({});
     });
 
+    it("bucket: a destroy that deletes the data empties it first, page by page; a kept bucket that holds a version B2 refuses to delete", async () => {
+        const inputs = { b2Kind: "bucket" as const, bucketName: "airlock-dev-gateway-e1", retentionDays: 30 };
+        const versions = (bucketId: string, names: number, each: number) => {
+            for (let n = 0; n < names; n++) {
+                for (let v = 0; v < each; v++) b2.buckets.get(bucketId)!.versions.push({ fileId: `f-${bucketId}-${n}-${v}`, fileName: `snapshots/${n}`, action: v === each - 1 ? "hide" : "upload", content: "x" });
+            }
+        };
+        const plain = await bucketProvider.create(inputs);
+        versions(plain.id, 2, 2);
+        await expect(bucketProvider.delete!(plain.id, plain.outs)).rejects.toThrow(/not empty/);
+        expect(b2.buckets.get(plain.id)?.versions).toHaveLength(4);
+
+        // Turning it on is an update, so `up` records it where destroy reads it; it never replaces the bucket.
+        expect(await bucketProvider.diff!(plain.id, inputs, { ...inputs, emptyOnDelete: true })).toMatchObject({ changes: true, replaces: [] });
+        const emptied = await bucketProvider.create({ ...inputs, bucketName: "airlock-dev-gateway-e2", emptyOnDelete: true });
+        versions(emptied.id, 420, 3); // 1,260 versions: more than one page of the 1,000 the client asks for
+        const listed = b2.calls.filter((c) => c === "b2_list_file_versions").length;
+        await bucketProvider.delete!(emptied.id, emptied.outs);
+        expect(b2.buckets.has(emptied.id)).toBe(false);
+        expect(b2.calls.filter((c) => c === "b2_list_file_versions").length - listed).toBe(2);
+    });
+
     it("key: create with its secret, refresh keeps it, any change replaces, idempotent delete", async () => {
         const bucket = await bucketProvider.create({ b2Kind: "bucket", bucketName: "airlock-dev-keys-x1", retentionDays: 30 });
         const inputs = { b2Kind: "applicationKey" as const, purpose: "host" as const, keyName: "airlock-dev-sandbox", capabilities: HOST_CAPABILITIES, bucketId: bucket.id };

@@ -76,6 +76,18 @@ describe("stack config schema", () => {
         expect([postgresMajor("postgres:16-bookworm@sha256:" + "a".repeat(64)), postgresMajor("registry:5000/postgres:15"), postgresMajor("pgvector/pgvector:pg15"), postgresMajor("postgres")]).toEqual([16, 15, 15, undefined]);
     });
 
+    it("refuses a destroy that deletes the backups while Object Lock keeps them; takes either alone", () => {
+        const both = editedStack("dev", (c) => {
+            c["airlock:deleteDataOnDestroy"] = true;
+            c["airlock:backup"].objectLockDays = 30;
+        });
+        expect(problemsOf(both)).toEqual([
+            `${both}: airlock:deleteDataOnDestroy: cannot be true with airlock:backup.objectLockDays set: B2 keeps each backup 30 days under Object Lock, and nothing can delete it before then`,
+        ]);
+        expect(readStackFile(editedStack("dev", (c) => (c["airlock:deleteDataOnDestroy"] = true))).deleteDataOnDestroy).toBe(true);
+        expect(readStackFile(editedStack("dev", (c) => (c["airlock:backup"].objectLockDays = 30))).backup.objectLockDays).toBe(30);
+    });
+
     it("refuses a CX or CAX type outside Hetzner's European locations, and takes a CPX type there", () => {
         const cx = editedStack("dev", (c) => (c["airlock:gateway"].location = "ash"));
         expect(problemsOf(cx)).toEqual([`${cx}: airlock:gateway.serverType: cx23 is not offered in ash (CX and CAX types are in fsn1, nbg1, hel1 only): use cpx22 there`]);

@@ -154,8 +154,13 @@ describe("day two: what a change does on the next up", () => {
         expect(kept).toMatchObject({ "gateway-backups-bucket": "retained", "sandbox-backups-bucket": "retained", "sandbox-workspace": "retained" });
         expect(kept).toMatchObject({ "gateway-backups-host-key": "delete", "sandbox-backups-host-key": "delete", "gateway-server": "delete", "sandbox-server": "delete" });
         expect(Object.entries(kept).filter(([, action]) => action === "retained").length).toBe(3);
-        const gone = destroyed(await planStack(editedStack("dev", (c) => (c["airlock:deleteDataOnDestroy"] = true)), "dev"));
+        const deleting = await planStack(editedStack("dev", (c) => (c["airlock:deleteDataOnDestroy"] = true)), "dev");
+        const gone = destroyed(deleting);
         expect(gone).toMatchObject({ "gateway-backups-bucket": "delete", "sandbox-backups-bucket": "delete", "sandbox-workspace": "delete" });
+        // B2 deletes no bucket that holds a version: only a bucket whose data goes is emptied first.
+        const emptied = (plan: StackPlan) => plan.resources.filter((r) => r.inputs.b2Kind === "bucket").map((r) => [r.name.replace(`${plan.config.prefix}-`, ""), r.inputs.emptyOnDelete === true]);
+        expect(emptied(deleting)).toEqual([["gateway-backups-bucket", true], ["sandbox-backups-bucket", true], ["bundle-bucket", false]]);
+        expect(emptied(await base("dev"))).toEqual([["gateway-backups-bucket", false], ["sandbox-backups-bucket", false], ["bundle-bucket", false]]);
         // prod protects its workspace: destroy is refused until that is lifted.
         expect(destroyed(await base("prod"))).toMatchObject({ "sandbox-workspace": "refused", "gateway-server": "refused", "gateway-backups-bucket": "retained" });
     });

@@ -14,7 +14,7 @@ import { b2OperatorKeyCheck, tailnetPolicyCheck } from "../cli/doctorLive";
 import { airlockAsync } from "./helpers/cli";
 import { FakeB2, startFakeB2 } from "./helpers/fakeB2";
 import { FakeTailscale, startFakeTailscale } from "./helpers/fakeTailscale";
-import { editedStack, REPO, stackFile, tempDir } from "./helpers/stacks";
+import { editedStack, REPO, stackFile, tempDir, withOwnKeys } from "./helpers/stacks";
 
 let b2: FakeB2;
 let ts: FakeTailscale;
@@ -30,6 +30,7 @@ afterAll(async () => {
 
 const prod = () => readStackFile(stackFile("prod"));
 const withObjectLock = () => readStackFile(editedStack("prod", (c) => (c["airlock:backup"].objectLockDays = 30)));
+const deletingData = () => readStackFile(editedStack("dev", (c) => (c["airlock:deleteDataOnDestroy"] = true)));
 const master = () => new B2Client({ ...b2.master, authUrl: b2.url });
 
 /** A new key in the fake B2, as the environment doctor reads it. */
@@ -54,13 +55,18 @@ async function fullLifecycle(): Promise<void> {
     await keyProvider.delete!(key.id, key.outs);
     await bucketProvider.delete!(bundles.id, bundles.outs);
     await bucketProvider.delete!(backups.id, backups.outs);
+    // A stack whose destroy deletes its backups: the bucket is emptied first.
+    const doomed = await bucketProvider.create({ b2Kind: "bucket", bucketName: `airlock-doctor-doomed-${serial}`, retentionDays: 30, emptyOnDelete: true });
+    await fileProvider.create({ b2Kind: "file", bucketId: doomed.id, fileName: "snapshots/1", contentType: "application/octet-stream", content, contentSha1: createHash("sha1").update(content).digest("hex") });
+    await bucketProvider.delete!(doomed.id, doomed.outs);
 }
 
 describe("the operator key's capabilities: one list", () => {
     const all = OPERATOR_KEY_CAPABILITIES.map((c) => c.capability);
 
     it("is enough for everything the providers do (against the fake B2, which enforces each call's capability)", async () => {
-        Object.assign(process.env, await keyEnv(operatorCapabilitiesFor(withObjectLock())));
+        // What each stack that needs the most asks for, together: no capability of the list is left out.
+        Object.assign(process.env, await keyEnv([...new Set([...operatorCapabilitiesFor(withObjectLock()), ...operatorCapabilitiesFor(deletingData())])]));
         await expect(fullLifecycle()).resolves.toBeUndefined();
     });
 
@@ -75,15 +81,24 @@ describe("the operator key's capabilities: one list", () => {
         const mirrored = readStackFile(editedStack("prod", (c) => (c["airlock:hosts"] = { bundleUrl: "https://mirror.example.com/airlock" })));
         expect(operatorCapabilitiesFor(mirrored)).not.toEqual(expect.arrayContaining(["writeFiles"]));
         expect(operatorCapabilitiesFor(mirrored)).not.toContain("deleteFiles");
+        expect(operatorCapabilitiesFor(prod())).not.toContain("listFiles");
+        expect(operatorCapabilitiesFor(deletingData())).toEqual(expect.arrayContaining(["listFiles", "deleteFiles"]));
+        const mirroredDeleting = readStackFile(editedStack("dev", (c) => Object.assign(c, { "airlock:hosts": { bundleUrl: "https://mirror.example.com/airlock" }, "airlock:deleteDataOnDestroy": true })));
+        expect(operatorCapabilitiesFor(mirroredDeleting)).toEqual(expect.arrayContaining(["listFiles", "deleteFiles"]));
         expect(operatorCapabilitiesFor()).toEqual(all);
     });
 
     it("is the table the README shows, row for row", () => {
         const readme = fs.readFileSync(path.join(REPO, "README.md"), "utf8");
         const table = readme.split("<!-- operator-key-capabilities -->\n")[1].split("\n\n")[0].split("\n").slice(2);
-        const when: Record<Needed, string> = { always: "always", bundleUpload: "unless `airlock:hosts.bundleUrl` is set", objectLock: "when `airlock:backup.objectLockDays` is set" };
+        const when: Record<Needed, string> = {
+            always: "always",
+            bundleUpload: "unless `airlock:hosts.bundleUrl` is set",
+            objectLock: "when `airlock:backup.objectLockDays` is set",
+            deleteData: "when `airlock:deleteDataOnDestroy` is true",
+        };
         const rows = table.map((row) => row.split("|").slice(1, -1).map((cell) => cell.trim()));
-        expect(rows).toEqual(OPERATOR_KEY_CAPABILITIES.map((c) => [`\`${c.capability}\``, c.calls.map((call) => `\`${call}\``).join(", "), when[c.needed]]));
+        expect(rows).toEqual(OPERATOR_KEY_CAPABILITIES.map((c) => [`\`${c.capability}\``, c.calls.map((call) => `\`${call}\``).join(", "), c.needed.map((n) => when[n]).join(", or ")]));
     });
 });
 
@@ -249,11 +264,18 @@ describe("airlock doctor --json with the live checks", () => {
         return { PATH: `${path.dirname(process.execPath)}:${bin}`, HCLOUD_TOKEN: hcloud, TAILSCALE_API_KEY: ts.apiKey, TAILSCALE_TAILNET: ts.tailnet, TAILSCALE_BASE_URL: ts.url, ...(await keyEnv(operatorCapabilitiesFor(prod()))) };
     }
     const prodPolicy = () => renderTailnetPolicy(prod().tailnet);
+    /** The repository's prod with keys of this run's own, so only the live checks decide. */
+    const ownProd = () => {
+        const dir = tempDir("doctor-stacks");
+        editedStack("prod", withOwnKeys, dir);
+        return ["--stacks-dir", dir];
+    };
 
     it("exits 0 when the key and the live policy are ready, and reports both checks", async () => {
+        const stacks = ownProd();
         ts.policy = prodPolicy();
         const env = await readyEnv();
-        const result = await airlockAsync(["doctor", "--stack", "prod", "--json"], { env });
+        const result = await airlockAsync([...stacks, "doctor", "--stack", "prod", "--json"], { env });
         expect(result.status, result.stderr).toBe(0);
         const report = JSON.parse(result.stdout);
         expect(report.ok).toBe(true);
@@ -264,18 +286,19 @@ describe("airlock doctor --json with the live checks", () => {
     });
 
     it("exits 1 naming what is missing, in --json and in text", async () => {
+        const stacks = ownProd();
         const policy = prodPolicy();
         policy.tests.pop();
         ts.policy = policy;
         const env = { ...(await readyEnv()), ...(await keyEnv(operatorCapabilitiesFor(prod()).filter((c) => c !== "deleteKeys"))) };
-        const json = await airlockAsync(["doctor", "--stack", "prod", "--json"], { env });
+        const json = await airlockAsync([...stacks, "doctor", "--stack", "prod", "--json"], { env });
         expect(json.status).toBe(1);
         const failed = JSON.parse(json.stdout).checks.filter((c: { ok: boolean }) => !c.ok);
         expect(failed.map((c: { name: string; findings: string[] }) => [c.name, c.findings.length])).toEqual([
             ["B2 operator key capabilities", 1],
             ["tailnet policy readiness", 1],
         ]);
-        const text = await airlockAsync(["doctor", "--stack", "prod"], { env });
+        const text = await airlockAsync([...stacks, "doctor", "--stack", "prod"], { env });
         expect(text.status).toBe(1);
         expect(text.stdout).toContain("FAIL B2 operator key capabilities: the key cannot do everything the stack's up, refresh and destroy do\n     - lacks deleteKeys (b2_delete_key)\n");
         expect(text.stdout).toMatch(/^FAIL tailnet policy readiness: .*\n {5}- tests lack, for /m);
@@ -284,7 +307,10 @@ describe("airlock doctor --json with the live checks", () => {
     it("does not fail a machine that only lacks the live checks' credentials", async () => {
         const { B2_APPLICATION_KEY_ID: _id, B2_APPLICATION_KEY: _key, TAILSCALE_API_KEY: _ts, ...env } = await readyEnv();
         const dir = tempDir("doctor-stacks");
-        editedStack("prod", (c) => (c["tailscale:apiKey"] = { secure: "x" }), dir);
+        editedStack("prod", (c) => {
+            withOwnKeys(c);
+            c["tailscale:apiKey"] = { secure: "x" };
+        }, dir);
         const result = await airlockAsync(["--stacks-dir", dir, "doctor", "--stack", "prod", "--json"], { env: { ...env, B2_APPLICATION_KEY_ID: "", B2_APPLICATION_KEY: "" } });
         const checks = JSON.parse(result.stdout).checks;
         // The existing check fails for the missing B2 credentials; the live checks are skipped, not failed.

@@ -745,7 +745,11 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
         }, 120_000);
 
         it("a session's container has the shell's hardening (the same definition the gate judges)", () => {
-            const inspect = (name: string) => JSON.parse(dockerd!.docker(["inspect", name]).stdout)[0].HostConfig;
+            // Compose v2 keeps ulimits in a map: their order in the container differs from run to run and means nothing.
+            const inspect = (name: string) => {
+                const config = JSON.parse(dockerd!.docker(["inspect", name]).stdout)[0].HostConfig;
+                return { ...config, Ulimits: [...(config.Ulimits ?? [])].sort((a: { Name: string }, b: { Name: string }) => a.Name.localeCompare(b.Name)) };
+            };
             const shell = inspect("agent-sandbox-shell");
             const session = inspect("agent-s-alpha");
             for (const key of ["CapDrop", "CapAdd", "SecurityOpt", "PidsLimit", "Memory", "NanoCpus", "Tmpfs", "Init", "IpcMode", "Privileged", "Ulimits", "LogConfig", "ReadonlyRootfs"]) {

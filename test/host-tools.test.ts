@@ -1,7 +1,10 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
-import { HOST_SSHD_PACKAGES, HOST_TOOLS, hostSshd, hostToolsDir } from "./helpers/hostTools";
+import { engineOnHostTools, HOST_SSHD_PACKAGES, HOST_TOOLS, hostSshd, hostToolsDir } from "./helpers/hostTools";
+import { readStackFile } from "../components/config/load";
+import { renderedFile, renderHosts, stackFile } from "./helpers/stacks";
+import { CHECKPOINT_ENGINE_PATH } from "../components/render/checkpoints";
 import { run } from "./helpers/tools";
 
 /**
@@ -30,6 +33,15 @@ describe.runIf(prepared)("the hosts' tools first on the rigs' PATH", () => {
         const version = run(program, args);
         expect(version.status, version.stderr).toBe(0);
         expect(says.exec(version.stdout)?.[1]).toMatch(new RegExp(`^${upstream(pkg).replace(/[.+]/g, "\\$&")}`));
+    });
+
+    it("the checkpoint engine, as the rigs run it, recreates containers with the hosts' Compose", () => {
+        const engine = engineOnHostTools(renderedFile(renderHosts(readStackFile(stackFile("dev"))).sandbox, CHECKPOINT_ENGINE_PATH));
+        const dir = fs.mkdtempSync("/tmp/airlock-engine-path-");
+        fs.writeFileSync(path.join(dir, "engine.py"), engine);
+        // The engine's own PATH constant, with shutil.which as its subprocess calls resolve a name.
+        const found = run("python3", ["-c", "import importlib.util,shutil,sys; s=importlib.util.spec_from_file_location('e', sys.argv[1]); m=importlib.util.module_from_spec(s); s.loader.exec_module(m); print(shutil.which('docker-compose', path=m.PATH))", path.join(dir, "engine.py")]);
+        expect(found.stdout.trim(), found.stderr).toBe(path.join(hostToolsDir(), "bin", "docker-compose"));
     });
 
     it("restic is one that hides locks instead of deleting them (0.15 and later), as the append-only backups need", () => {

@@ -3,13 +3,13 @@ import * as path from "node:path";
 import * as YAML from "yaml";
 import { describe, expect, it } from "vitest";
 import { evaluateChecklist } from "../cli/checklist";
-import { MIN_PULUMI_CLI, runDoctor } from "../cli/doctor";
+import { MIN_PULUMI_CLI, runDoctor, SHIPPED_EXAMPLE_KEYS } from "../cli/doctor";
 import { forkStack, ForkRefused } from "../cli/fork";
 import { gatePlan } from "../cli/gate";
 import { planStack, StackPlan, stackFilePath } from "../cli/offline";
 import { ConfigError, readStackFile } from "../components/config/load";
 import { airlock as run } from "./helpers/cli";
-import { editedStack, REPO, stackFile, STACKS_DIR, tempDir } from "./helpers/stacks";
+import { editedStack, REPO, stackFile, STACKS_DIR, tempDir, withOwnKeys } from "./helpers/stacks";
 
 const airlock = (args: string[], env: NodeJS.ProcessEnv = process.env) => run(args, { env });
 
@@ -242,7 +242,7 @@ describe("airlock doctor", () => {
     it("passes with a logged-in pulumi, credentials as stack secrets and an ssh client", () => {
         const bin = tempDir("bin");
         fs.writeFileSync(path.join(bin, "pulumi"), `#!/bin/sh\ncase "$1" in version) echo v${MIN_PULUMI_CLI.join(".")} ;; whoami) echo ops ;; esac\n`, { mode: 0o755 });
-        const stack = editedStack("dev", () => undefined);
+        const stack = editedStack("dev", withOwnKeys);
         const doc = YAML.parse(fs.readFileSync(stack, "utf8"));
         Object.assign(doc.config, { "hcloud:token": { secure: "x" }, "tailscale:apiKey": { secure: "x" }, "tailscale:tailnet": "example.com" });
         fs.writeFileSync(stack, YAML.stringify(doc));
@@ -265,6 +265,21 @@ describe("airlock doctor", () => {
         expect(check(`v${major}.${minor + 1}.0`).ok).toBe(true);
         expect(check("v4.0.0").ok).toBe(true);
         expect(check("dev-build").ok).toBe(false);
+    });
+
+    it("fails a stack that still holds the repository's placeholder keys, naming each key path", () => {
+        const shipped = new Set(fs.readdirSync(STACKS_DIR).flatMap((f) => [...fs.readFileSync(path.join(STACKS_DIR, f), "utf8").matchAll(/ssh-ed25519 (\S+)/g)].map((m) => m[1])));
+        expect([...shipped].filter((k) => !SHIPPED_EXAMPLE_KEYS.includes(k))).toEqual([]);
+        const keysCheck = (file: string) => runDoctor({ PATH: "/usr/bin:/bin" }, file, "dev").find((c) => c.name === "ssh keys of your own")!;
+        const shippedCheck = keysCheck(stackFile("dev"));
+        expect(shippedCheck.ok).toBe(false);
+        expect(shippedCheck.required).toBe(true);
+        expect(shippedCheck.findings!.map((f) => f.split(" ")[0])).toEqual(["airlock:breakGlassSshPublicKey", "airlock:gateway.adminSshKeys[0]", "airlock:agent.authorizedKeys[0]"]);
+        expect(shippedCheck.findings![2]).toMatch(/remove it/);
+        // One placeholder left: only it is named.
+        const oneLeft = keysCheck(editedStack("dev", (c) => { withOwnKeys(c); c["airlock:gateway"].adminSshKeys.push(fs.readFileSync(stackFile("dev"), "utf8").match(/ssh-ed25519 \S+ ops@example/)![0]); }));
+        expect(oneLeft.findings).toEqual(["airlock:gateway.adminSshKeys[1] is the repository's placeholder: put your own public key there"]);
+        expect(keysCheck(editedStack("dev", withOwnKeys))).toMatchObject({ ok: true });
     });
 
     it("fails a token committed in clear", () => {

@@ -181,6 +181,24 @@ export class B2Client {
         await this.call("b2_delete_file_version", { fileName, fileId });
     }
 
+    /**
+     * Deletes every version of every file in the bucket, hide markers included, page by
+     * page as b2_list_file_versions lists them (B2 deletes no bucket that holds one).
+     */
+    async emptyBucket(bucketId: string): Promise<number> {
+        let deleted = 0;
+        let next: { startFileName: string; startFileId: string } | undefined;
+        do {
+            const page = await this.call("b2_list_file_versions", { bucketId, maxFileCount: 1000, ...next });
+            for (const version of page.files as { fileName: string; fileId: string }[]) {
+                await this.deleteFileVersion(version.fileName, version.fileId);
+                deleted++;
+            }
+            next = page.nextFileName ? { startFileName: page.nextFileName, startFileId: page.nextFileId } : undefined;
+        } while (next);
+        return deleted;
+    }
+
     async findBucket(bucketId: string): Promise<Bucket | undefined> {
         const { buckets } = await this.call("b2_list_buckets", { accountId: await this.accountId(), bucketId });
         return (buckets as Bucket[]).find((b) => b.bucketId === bucketId);

@@ -32,6 +32,8 @@ export interface BucketInputs {
     objectLockDays?: number;
     /** allPrivate unless said: only the host code bundle's bucket is allPublic. */
     bucketType?: BucketType;
+    /** Delete every file version before the bucket (a backup bucket of a stack whose destroy deletes its data). */
+    emptyOnDelete?: boolean;
 }
 
 export const lifecycleRulesFor = (retentionDays: number): LifecycleRule[] => [
@@ -51,16 +53,23 @@ export const bucketProvider: pulumi.dynamic.ResourceProvider = {
     },
     async diff(_id: string, olds: BucketInputs, news: BucketInputs) {
         const replaces = B2_BUCKET_REPLACED_BY.filter((k) => olds[k] !== news[k]);
-        const changes = replaces.length > 0 || olds.retentionDays !== news.retentionDays || (olds.bucketType ?? "allPrivate") !== (news.bucketType ?? "allPrivate");
+        // emptyOnDelete changes nothing in B2, but destroy reads it from state, so `up` must record it.
+        const changes =
+            replaces.length > 0 ||
+            olds.retentionDays !== news.retentionDays ||
+            (olds.bucketType ?? "allPrivate") !== (news.bucketType ?? "allPrivate") ||
+            (olds.emptyOnDelete ?? false) !== (news.emptyOnDelete ?? false);
         return { changes, replaces, deleteBeforeReplace: replaces.includes("bucketName") ? false : undefined };
     },
     async update(id: string, _olds: BucketInputs, news: BucketInputs) {
         const bucket = await client().updateBucket(id, lifecycleRulesFor(news.retentionDays), news.bucketType ?? "allPrivate");
         return { outs: { ...news, bucketId: id, lifecycleRules: bucket.lifecycleRules } };
     },
-    async delete(id: string) {
+    async delete(id: string, props: BucketInputs) {
         const b2 = client();
-        if (await b2.findBucket(id)) await b2.deleteBucket(id);
+        if (!(await b2.findBucket(id))) return;
+        if (props.emptyOnDelete) await b2.emptyBucket(id);
+        await b2.deleteBucket(id);
     },
 };
 

@@ -485,6 +485,15 @@ export const stackConfigSchema = stackConfigBase
                 ctx.addIssue({ code: "custom", path: ["tailnet", "operators", i], message: `${operator} is a host's tag: operators are people or their CI, never the gateway or a sandbox` });
             }
         });
+        // The backups are locked in compliance mode (components/b2/client.ts): B2 deletes no version
+        // before its retention ends, whoever asks, so a destroy could never empty those buckets.
+        if (cfg.deleteDataOnDestroy && cfg.backup.objectLockDays !== undefined) {
+            ctx.addIssue({
+                code: "custom",
+                path: ["deleteDataOnDestroy"],
+                message: `cannot be true with airlock:backup.objectLockDays set: B2 keeps each backup ${cfg.backup.objectLockDays} days under Object Lock, and nothing can delete it before then`,
+            });
+        }
         if (cfg.gateway.adminUser === cfg.agent.user) {
             ctx.addIssue({ code: "custom", path: ["gateway", "adminUser"], message: "must differ from agent.user" });
         }

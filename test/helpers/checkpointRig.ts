@@ -6,6 +6,7 @@ import { RenderedHost } from "../../components/render/hosts";
 import { renderSandboxCompose, renderSessionCompose, SESSION_WORKSPACES_DIR } from "../../components/workloads/compose";
 import { attachLoop, LoopDevice, mountsUnder, unmountUnder } from "./btrfs";
 import { importTestImage, startDockerd, TestDocker } from "./dockerd";
+import { engineOnHostTools } from "./hostTools";
 import { renderedFile } from "./stacks";
 import { run } from "./tools";
 
@@ -61,7 +62,7 @@ export async function startCheckpointRig(cfg: StackConfig, sandbox: RenderedHost
         undo.push(() => unmountUnder(work));
 
         const engine = path.join(work, "checkpoint");
-        fs.writeFileSync(engine, renderedFile(sandbox, CHECKPOINT_ENGINE_PATH), { mode: 0o700 });
+        fs.writeFileSync(engine, engineOnHostTools(renderedFile(sandbox, CHECKPOINT_ENGINE_PATH)), { mode: 0o700 });
         const mountScript = path.join(work, "mount-workspace");
         fs.writeFileSync(mountScript, renderedFile(sandbox, "/usr/local/sbin/airlock-mount-workspace"), { mode: 0o700 });
         const dirs = { volume: path.join(work, "volume"), workspaces: path.join(work, "workspaces"), link: path.join(work, "workspace") };

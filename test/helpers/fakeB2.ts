@@ -256,7 +256,26 @@ export async function startFakeB2(): Promise<FakeB2> {
                 case "b2_list_file_versions": {
                     const bucket = buckets.get(body.bucketId);
                     if (!bucket) return fail(400, "bad_request", "no such bucket");
-                    return send(200, { files: bucket.versions.map(({ content: _content, ...v }) => v), nextFileName: null });
+                    // https://www.backblaze.com/apidocs/b2-list-file-versions: names in alphabetical order, each
+                    // name's versions newest first; maxFileCount 100 unless given (0 too), at most 10000; a page
+                    // starts at the pair startFileName/startFileId (or the first name at or after startFileName)
+                    // and names the next page's first version in nextFileName/nextFileId.
+                    const max = body.maxFileCount === undefined || body.maxFileCount === 0 ? 100 : Number(body.maxFileCount);
+                    if (!Number.isInteger(max) || max < 1 || max > 10000) return fail(400, "bad_request", `maxFileCount out of range: ${body.maxFileCount}`);
+                    if (body.startFileId !== undefined && body.startFileName === undefined) return fail(400, "bad_request", "startFileName is required with startFileId");
+                    const ordered = bucket.versions
+                        .map((v, uploaded) => ({ v, uploaded }))
+                        .sort((a, b) => (a.v.fileName < b.v.fileName ? -1 : a.v.fileName > b.v.fileName ? 1 : b.uploaded - a.uploaded))
+                        .map(({ v }) => v);
+                    let from = 0;
+                    if (body.startFileName !== undefined) {
+                        const exact = body.startFileId === undefined ? -1 : ordered.findIndex((v) => v.fileName === body.startFileName && v.fileId === body.startFileId);
+                        from = exact >= 0 ? exact : ordered.findIndex((v) => v.fileName >= body.startFileName);
+                        if (from < 0) from = ordered.length;
+                    }
+                    const page = ordered.slice(from, from + max);
+                    const next = ordered[from + max];
+                    return send(200, { files: page.map(({ content: _content, ...v }) => v), nextFileName: next?.fileName ?? null, nextFileId: next?.fileId ?? null });
                 }
             }
             return fail(400, "bad_request", `unhandled ${name}`);

@@ -88,6 +88,19 @@ export function hostToolsBin(): string {
     return fs.existsSync(bin) ? bin : "";
 }
 
+/**
+ * The checkpoint engine as a rig runs it: its own fixed PATH (it never takes its
+ * caller's) with the hosts' tools first, so a restore recreates containers with the
+ * hosts' Compose v2, not this machine's 1.29.
+ */
+export function engineOnHostTools(engine: string): string {
+    const bin = hostToolsBin();
+    if (!bin) return engine;
+    const fixed = 'PATH = "/usr/local/sbin:';
+    if (!engine.includes(fixed)) throw new Error("the checkpoint engine's PATH line changed: update engineOnHostTools");
+    return engine.replace(fixed, `PATH = "${bin}:/usr/local/sbin:`);
+}
+
 export default async function setup(): Promise<void> {
     let dir: string;
     try {

@@ -1,13 +1,13 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { BROKER_CLIENT_PATH, BROKER_PATH, BROKER_SOCKET_PATH, GATEWAY_KNOWN_HOSTS_PATH, RenderedHost, SANDBOX_WRAPPER_PATH, SSHD_TEMPLATE_PATH, withSandboxHostKey } from "../../components/render/hosts";
-import { CHECKPOINT_CLIENT_PATH } from "../../components/render/checkpoints";
+import { CHECKPOINT_CLIENT_PATH, CHECKPOINT_ENGINE_PATH } from "../../components/render/checkpoints";
 import { brokerClient, checkpointClient, startBroker, TestBroker } from "./broker";
 import { renderedFile } from "./stacks";
 import { egressRulesFor } from "./egress";
 import { inNamespace } from "./netns";
 import { installFiles, run } from "./tools";
-import { hostSshd } from "./hostTools";
+import { engineOnHostTools, hostSshd } from "./hostTools";
 
 /** A new ed25519 key at `file`; returns its public half as "ssh-ed25519 AAAA...". */
 export function newHostKey(file: string): string {
@@ -35,6 +35,7 @@ export function installSandboxSshd(sandbox: RenderedHost, root: string): string 
     fs.writeFileSync(path.join(root, SSHD_TEMPLATE_PATH), template, { mode: 0o600 });
     fs.writeFileSync(path.join(root, BROKER_CLIENT_PATH), brokerClient(sandbox, path.join(root, BROKER_SOCKET_PATH)), { mode: 0o644 });
     fs.writeFileSync(path.join(root, CHECKPOINT_CLIENT_PATH), checkpointClient(sandbox, root), { mode: 0o644 });
+    fs.writeFileSync(path.join(root, CHECKPOINT_ENGINE_PATH), engineOnHostTools(renderedFile(sandbox, CHECKPOINT_ENGINE_PATH)));
     return publicKey;
 }
 

@@ -35,6 +35,13 @@ export function editedStack(stack: string, edit: (config: Record<string, any>) =
     return file;
 }
 
+/** A stack edit: the shipped placeholder keys replaced by one of this run's own, the agent's left for the first up. */
+export function withOwnKeys(config: Record<string, any>): void {
+    config["airlock:breakGlassSshPublicKey"] = testHostKey().publicKeyOpenssh;
+    config["airlock:gateway"].adminSshKeys = [testHostKey().publicKeyOpenssh];
+    config["airlock:agent"].authorizedKeys = [];
+}
+
 /** A tailnet key as Tailscale returns one, assembled at run time (no key-shaped literal in git). */
 export function fakeTailnetKey(): string {
     return ["tskey", "auth", "kTEST0CNTRL", "0123456789abcdefABCDEFghijklmnop"].join("-");
