@@ -76,6 +76,18 @@ describe("stack config schema", () => {
         expect([postgresMajor("postgres:16-bookworm@sha256:" + "a".repeat(64)), postgresMajor("registry:5000/postgres:15"), postgresMajor("pgvector/pgvector:pg15"), postgresMajor("postgres")]).toEqual([16, 15, 15, undefined]);
     });
 
+    it("refuses a PostgreSQL newer than the gateway's pg_restore, whose dumps no drill could restore", () => {
+        const sandboxDb = editedStack("dev", (c) => (c["airlock:workloads"].postgres = { enabled: true, image: "postgres:18" }));
+        expect(problemsOf(sandboxDb)).toEqual([
+            `${sandboxDb}: airlock:workloads.postgres.image: PostgreSQL 18 is newer than the gateway's pg_restore (17, Debian 13's), which cannot restore its dumps: the monthly restore drill would fail; use PostgreSQL 17 or older`,
+        ]);
+        const memory = editedStack("dev", (c) => (c["airlock:gateway"].agent.memoryDb = { enabled: true, image: "pgvector/pgvector:pg18" }));
+        expect(problemsOf(memory)).toEqual([
+            `${memory}: airlock:gateway.agent.memoryDb.image: PostgreSQL 18 is newer than the gateway's pg_restore (17, Debian 13's), which cannot restore its dumps: the monthly restore drill would fail; use PostgreSQL 17 or older`,
+        ]);
+        expect(readStackFile(editedStack("dev", (c) => (c["airlock:gateway"].agent.memoryDb = { enabled: true, image: "pgvector/pgvector:pg17" }))).gateway.agent?.memoryDb.image).toBe("pgvector/pgvector:pg17");
+    });
+
     it("refuses a destroy that deletes the backups while Object Lock keeps them; takes either alone", () => {
         const both = editedStack("dev", (c) => {
             c["airlock:deleteDataOnDestroy"] = true;

@@ -107,6 +107,18 @@ const host = z.strictObject({
 
 /** The major version of pg_dump in the built shell (templates/images/sandbox-shell: Debian 12's postgresql-client). */
 export const SHELL_PG_DUMP_MAJOR = 15;
+/**
+ * The major version of pg_restore on the gateway (its `postgresql` package, Debian 13's),
+ * which restores every drill's dump: it reads no archive of a newer pg_dump.
+ */
+export const GATEWAY_PG_RESTORE_MAJOR = 17;
+
+/** Why a PostgreSQL image's dumps would not restore in the gateway's drills, if they would not. */
+function newerThanGatewayRestore(image: string): string | undefined {
+    const major = postgresMajor(image);
+    if (major === undefined || major <= GATEWAY_PG_RESTORE_MAJOR) return undefined;
+    return `PostgreSQL ${major} is newer than the gateway's pg_restore (${GATEWAY_PG_RESTORE_MAJOR}, Debian 13's), which cannot restore its dumps: the monthly restore drill would fail; use PostgreSQL ${GATEWAY_PG_RESTORE_MAJOR} or older`;
+}
 
 /** The PostgreSQL major an image's tag names (postgres:16-bookworm, pgvector/pgvector:pg15), when it names one. */
 export function postgresMajor(reference: string): number | undefined {
@@ -204,6 +216,8 @@ const workloads = z
                 message: `PostgreSQL ${serverMajor} is newer than the built shell's pg_dump (${SHELL_PG_DUMP_MAJOR}, Debian 12's postgresql-client), which refuses to dump it: use postgres:${SHELL_PG_DUMP_MAJOR}-bookworm`,
             });
         }
+        const unrestorable = w.postgres.enabled ? newerThanGatewayRestore(w.postgres.image) : undefined;
+        if (unrestorable) ctx.addIssue({ code: "custom", path: ["postgres", "image"], message: unrestorable });
         const names = new Set(["agent-sandbox-shell", "browser", "postgres", "redis", "api"]);
         w.services.forEach((s, i) => {
             if (names.has(s.name)) ctx.addIssue({ code: "custom", path: ["services", i, "name"], message: `${s.name} is taken (a built-in service or a duplicate)` });
@@ -511,6 +525,8 @@ export const stackConfigSchema = stackConfigBase
                 ctx.addIssue({ code: "custom", path, message: `${ref} is not pinned: write ${ref.split("@")[0]}@sha256:<digest>, or set airlock:workloads.resolveDigests: true` });
             }
         }
+        const memoryUnrestorable = runtime.memoryDb.enabled ? newerThanGatewayRestore(runtime.memoryDb.image) : undefined;
+        if (memoryUnrestorable) ctx.addIssue({ code: "custom", path: ["gateway", "agent", "memoryDb", "image"], message: memoryUnrestorable });
         for (const [name, value] of Object.entries(runtime.environment ?? {})) {
             if (runtime.secrets.includes(name)) {
                 ctx.addIssue({ code: "custom", path: ["gateway", "agent", "environment", name], message: "is also a secret: keep it in secrets only" });
