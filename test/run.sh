@@ -28,7 +28,7 @@ readonly PACKAGES=(
 	dnsmasq-base bind9-dnsutils   # the fake upstream resolvers in front of the real AdGuard Home; dig
 	tcpdump                       # the gateway's DNS capture, run as rendered (e2e-dns)
 	isc-dhcp-client               # dhclient-script, as the hosts run it, against the rendered hook that keeps resolv.conf
-	golang-go                     # AdGuard Home built from its Go module (twin/gotools.ts) where no Go is installed
+	golang-go                     # AdGuard Home and rest-server built from their Go modules (twin/gotools.ts) where no Go is installed
 	pre-commit git                # the pre-commit hook, run by the real pre-commit; git in the checkpoint tests' shell image
 	zip rsync                     # the destructive-command list: which abbreviated options the real tools take
 	btrfs-progs e2fsprogs         # checkpoints: btrfs on a loop device, ext4 for the migration path

@@ -1,11 +1,12 @@
 import * as path from "node:path";
 import { HOST_ADDRESS } from "./contract";
-import { TWIN_DIR } from "./files";
+import { buildGoTool } from "./gotools";
 import { daemonRunning, runDirOf, startDaemon, stopDaemon } from "./network";
 
 /**
- * The stand-in for the backups' B2 buckets: restic's REST protocol in append-only
- * mode (twin/backup/rest-server.py), one repository per machine, on the twin's
+ * The stand-in for the backups' B2 buckets: restic's own rest-server (twin/go/rest-server
+ * pins it), in append-only mode like the hosts' B2 keys (no deleteFiles: nothing is ever
+ * replaced or deleted, except restic's locks), one repository per machine, on the twin's
  * "internet" at BACKUP_URL. The operator's step (README "Backups": deliver
  * /etc/airlock/backup/{gateway,sandbox}.env, run airlock-backup-init) points
  * RESTIC_REPOSITORY at it.
@@ -14,9 +15,11 @@ export const BACKUP_PORT = 8000;
 export const BACKUP_URL = `http://${HOST_ADDRESS}:${BACKUP_PORT}`;
 export const backupStorage = (stack: string) => path.join(runDirOf(stack), "backups");
 
-export function startBackupStandIn(stack: string): void {
+export async function startBackupStandIn(stack: string, log: (line: string) => void): Promise<void> {
     if (daemonRunning(stack, "backups")) return;
-    startDaemon(stack, "backups", ["/usr/bin/python3", "-IS", path.join(TWIN_DIR, "backup", "rest-server.py"), "--root", backupStorage(stack), "--address", HOST_ADDRESS, "--port", String(BACKUP_PORT)]);
+    const restServer = await buildGoTool("rest-server", log);
+    // Every request logged (to backups.out), as the stand-in before it did.
+    startDaemon(stack, "backups", [restServer, "--path", backupStorage(stack), "--listen", `${HOST_ADDRESS}:${BACKUP_PORT}`, "--append-only", "--no-auth", "--log", "-"]);
 }
 
 export function stopBackupStandIn(stack: string): void {

@@ -14,9 +14,14 @@ import { runLogged } from "./logged";
  * checksum database is not reachable here), built once into TWIN_CACHE_DIR/bin/ and
  * again only when that module, the toolchain or the build changes.
  */
+/** restic's rest-server, as twin/go/rest-server/go.mod pins it. */
+export const REST_SERVER_VERSION = "v0.14.0";
+
 export interface GoTool {
     /** The main package, built from the pinning module. */
     pkg: string;
+    /** The Go module that holds it, when the package is not the module's root. */
+    module?: string;
     /** The file the build writes. */
     binary: string;
     /** Its version, as the pinning module requires it (checked against go.mod). */
@@ -31,6 +36,14 @@ export const GO_TOOLS = {
         version: ADGUARD_HOME_VERSION,
         ldflags: ["-X", `github.com/AdguardTeam/AdGuardHome/internal/version.version=${ADGUARD_HOME_VERSION}`, "-X", "github.com/AdguardTeam/AdGuardHome/internal/version.channel=release"],
     },
+    // restic's own REST server: the twin's stand-in for the backups' B2 buckets, in append-only mode.
+    "rest-server": {
+        pkg: "github.com/restic/rest-server/cmd/rest-server",
+        module: "github.com/restic/rest-server",
+        binary: "rest-server",
+        version: REST_SERVER_VERSION,
+        ldflags: [],
+    },
 } satisfies Record<string, GoTool>;
 export type GoToolName = keyof typeof GO_TOOLS;
 
@@ -42,11 +55,12 @@ let goVersion: string | undefined;
 
 /** The cache key of a tool: its pinning module, the toolchain and how it is built. */
 export function goToolKey(name: GoToolName): string {
-    const tool = GO_TOOLS[name];
+    const tool: GoTool = GO_TOOLS[name];
     const dir = path.join(GO_DIR, name);
     const goMod = fs.readFileSync(path.join(dir, "go.mod"), "utf8");
-    if (!new RegExp(`^\\s*${tool.pkg.replaceAll(".", "\\.")} ${tool.version.replaceAll(".", "\\.")}\\b`, "m").test(goMod)) {
-        throw new Error(`twin/go/${name}/go.mod does not require ${tool.pkg} ${tool.version}`);
+    const module = tool.module ?? tool.pkg;
+    if (!new RegExp(`^\\s*(require\\s+)?${module.replaceAll(".", "\\.")} ${tool.version.replaceAll(".", "\\.")}\\b`, "m").test(goMod)) {
+        throw new Error(`twin/go/${name}/go.mod does not require ${module} ${tool.version}`);
     }
     goVersion ??= execFileSync("go", ["env", "GOVERSION"], { encoding: "utf8", env: { ...process.env, ...GO_ENV } }).trim();
     const hash = crypto.createHash("sha256");

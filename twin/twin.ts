@@ -247,7 +247,7 @@ export async function up({ stack, stackFile, log }: UpOptions): Promise<TwinStat
     try {
         createNetwork(stack, registryNames(stackFile));
         startMetadataService(stack);
-        startBackupStandIn(stack);
+        await startBackupStandIn(stack, log);
         const standIns = await startStandIns({ stack, stackFile, log });
         const deployment = await renderForTwin(stack, stackFile, standIns);
         const state: TwinState = {
