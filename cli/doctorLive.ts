@@ -25,11 +25,19 @@ const B2_CHECK = "B2 operator key capabilities";
 
 export async function b2OperatorKeyCheck(env: Env, cfg?: StackConfig): Promise<DoctorCheck> {
     const { B2_APPLICATION_KEY_ID: applicationKeyId, B2_APPLICATION_KEY: applicationKey } = env;
-    if (!applicationKeyId || !applicationKey) {
-        return { name: B2_CHECK, ok: false, required: false, skipped: true, detail: "not run: B2_APPLICATION_KEY_ID and B2_APPLICATION_KEY are not both in the environment", fix: "export B2_APPLICATION_KEY_ID and B2_APPLICATION_KEY (the operator key), then run airlock doctor again" };
-    }
     const needed = operatorCapabilitiesFor(cfg);
-    const fix = `use an operator key with ${needed.join(", ")}, restricted to no bucket and no name prefix: b2 key create airlock-operator ${needed.join(",")}`;
+    const create = `b2 key create airlock-operator ${needed.join(",")}`;
+    if (!applicationKeyId || !applicationKey) {
+        return {
+            name: B2_CHECK,
+            ok: false,
+            required: false,
+            skipped: true,
+            detail: "not run: B2_APPLICATION_KEY_ID and B2_APPLICATION_KEY are not both in the environment",
+            fix: `export B2_APPLICATION_KEY_ID and B2_APPLICATION_KEY (the operator key; to make one with what this stack needs, authorized with the master key: ${create}), then run airlock doctor again`,
+        };
+    }
+    const fix = `use an operator key with ${needed.join(", ")}, restricted to no bucket and no name prefix: ${create}`;
     let allowed: KeyAllowance;
     try {
         allowed = await new B2Client({ applicationKeyId, applicationKey, authUrl: env.B2_AUTH_URL }).allowed();

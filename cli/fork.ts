@@ -96,6 +96,12 @@ export async function forkStack(options: ForkOptions): Promise<ForkResult> {
             if (instead) config.setIn([`${PROJECT}:${role}`, "serverType"], instead);
         }
     }
+    // manageAcl replaces the tailnet's whole policy: a fork aimed at a tailnet in use must turn it off first.
+    if (config.getIn([`${PROJECT}:tailnet`, "manageAcl"]) === true) {
+        stillNeeded.push(
+            `before the first \`pulumi up\`: ${PROJECT}:tailnet.manageAcl is true, so that \`up\` replaces the tailnet's whole policy file with this stack's: keep it only on a tailnet airlock alone uses, else set manageAcl: false in ${path.basename(target)} and merge out/${customer}/tailnet/policy.hujson into your policy`,
+        );
+    }
     stillNeeded.push(
         `after the first \`pulumi up\`: pulumi config set --path '${PROJECT}:agent.authorizedKeys[0]' '<the new gateway agent key>' --stack ${customer}`,
     );

@@ -138,6 +138,8 @@ describe("doctor: the B2 operator key", () => {
         const unknown = await b2OperatorKeyCheck({ B2_APPLICATION_KEY_ID: "K005unknown", B2_APPLICATION_KEY: ["K005", "x".repeat(27)].join(""), B2_AUTH_URL: b2.url }, prod());
         expect(unknown).toMatchObject({ ok: false, required: true, detail: "B2 did not authorize the key: B2 b2_authorize_account: 401 bad_auth_token: unknown application key" });
         expect(await b2OperatorKeyCheck({}, prod())).toMatchObject({ ok: false, required: false, skipped: true, detail: expect.stringMatching(/^not run: /), fix: expect.stringContaining("export B2_APPLICATION_KEY_ID") });
+        // Before the key exists: the line that makes one with what this stack needs.
+        expect((await b2OperatorKeyCheck({}, deletingData())).fix).toContain("b2 key create airlock-operator listBuckets,writeBuckets,deleteBuckets,listKeys,writeKeys,deleteKeys,writeFiles,listFiles,deleteFiles)");
     });
 });
 

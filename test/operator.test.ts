@@ -94,6 +94,15 @@ describe("airlock fork", () => {
         expect(result.stillNeeded.join("\n")).not.toContain(secretValue);
     });
 
+    it("warns that a fork managing its tailnet's policy replaces the whole policy file, and only then", async () => {
+        const dir = stacksCopy();
+        const warning = (from: string) => forkStack({ stacksDir: dir, customer: `w${from}`, from }).then((r) => r.stillNeeded.filter((l) => /replaces the tailnet's whole policy file/.test(l)));
+        expect(await warning("dev")).toEqual([
+            "before the first `pulumi up`: airlock:tailnet.manageAcl is true, so that `up` replaces the tailnet's whole policy file with this stack's: keep it only on a tailnet airlock alone uses, else set manageAcl: false in Pulumi.wdev.yaml and merge out/wdev/tailnet/policy.hujson into your policy",
+        ]);
+        expect(await warning("prod")).toEqual([]);
+    });
+
     it("makes the derived names unique and drops what belongs to the source's gateway", async () => {
         const dir = stacksCopy();
         const source = YAML.parse(fs.readFileSync(path.join(dir, "Pulumi.dev.yaml"), "utf8"));

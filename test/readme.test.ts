@@ -38,7 +38,7 @@ function blocks(): Block[] {
 }
 
 /** Commands of other tools, shown for the reader to run against real clouds or hosts. */
-const EXTERNAL = /^(pulumi |ssh |b2 |git add |sudo test\/run\.sh|export |creds=|for |done$|GITHUB_TOKEN=|#)/;
+const EXTERNAL = /^(pulumi |ssh |ssh-keygen |b2 |git add |sudo test\/run\.sh|export |creds=|for |done$|GITHUB_TOKEN=|#)/;
 const AIRLOCK = /^(npm run -s airlock -- |npm run plan|npx airlock |airlock )/;
 /**
  * Commands that need a deployed gateway: `airlock secrets` (run with stand-ins in
