@@ -1,4 +1,5 @@
 import * as fs from "node:fs";
+import { isIP } from "node:net";
 import * as path from "node:path";
 import { createTwoFilesPatch } from "diff";
 import { getDomain } from "tldts";
@@ -54,6 +55,8 @@ export interface Proposal {
     unreadableLines: number;
     propose: DomainUse[];
     alreadyAllowed: DomainUse[];
+    /** Domains the resolver's filter lists blocked at every lookup: never proposed. */
+    blocked: DomainUse[];
     flagged: Flagged[];
     /** Names with no registrable domain (single labels, reverse lookups, .arpa). */
     skipped: string[];
@@ -125,9 +128,16 @@ function use(domain: string, queries: Query[]): DomainUse {
  * it: only tailnet clients are allowed to the resolver at all.
  */
 export function propose(stack: string, stackFile: string, querylogs: string[], client?: string): Proposal {
+    if (client !== undefined && isIP(client) === 0) throw new ConfigError([`--client ${client}: expected an IP address (the sandbox's tailnet address)`]);
     const cfg = readStackFile(stackFile);
     const current = cfg.dns.allowlist;
     const logs = querylogs.map(readQueryLog);
+    // A file none of whose lines reads is another file given by mistake, not an empty log.
+    logs.forEach((log, i) => {
+        if (log.queries.length === 0 && log.unreadable > 0) {
+            throw new ConfigError([`${querylogs[i]}: not a query log: none of its ${log.unreadable} lines reads as AdGuard Home's querylog.json, its adguardhome.log or the gateway's capture`]);
+        }
+    });
     const all = mergeEvidence(logs.flatMap((l) => l.queries));
     const queries = client ? all.filter((q) => q.client === client || q.failed) : all;
     const { byDomain, skipped } = group(queries.filter((q) => q.type !== UNDECODABLE && q.type !== NOT_KEPT));
@@ -146,6 +156,7 @@ export function propose(stack: string, stackFile: string, querylogs: string[], c
         unreadableLines: logs.reduce((n, l) => n + l.unreadable, 0),
         propose: [],
         alreadyAllowed: [],
+        blocked: [],
         flagged: [],
         skipped: [...skipped].sort(),
         undecodable: queries.filter((q) => q.type === UNDECODABLE).map((q) => `${q.time.toISOString()} ${q.client} ${q.name}`),
@@ -155,6 +166,7 @@ export function propose(stack: string, stackFile: string, querylogs: string[], c
         const entry = use(domain, domainQueries);
         const reasons = exfiltrationReasons(domain, entry.names);
         if (reasons.length > 0) proposal.flagged.push({ ...entry, reasons });
+        else if (entry.blocked === entry.queries) proposal.blocked.push(entry);
         else if (entry.names.every((name) => allowedBy(current, name))) proposal.alreadyAllowed.push(entry);
         else proposal.propose.push(entry);
     }
@@ -237,6 +249,7 @@ export function formatProposal(p: Proposal, diffFile: string | undefined): strin
     out.push(p.propose.length ? `propose for airlock:dns.allowlist of ${p.stack}:` : `nothing new to propose for ${p.stack}`);
     for (const u of p.propose) out.push(row(u));
     if (p.alreadyAllowed.length) out.push("already allowed:", ...p.alreadyAllowed.map(row));
+    if (p.blocked.length) out.push("blocked at every lookup by the resolver's filter lists (not proposed):", ...p.blocked.map(row));
     if (p.flagged.length) {
         out.push("flagged as possible DNS exfiltration (not proposed):");
         for (const f of p.flagged) out.push(row(f), `      why: ${f.reasons.map(printable).join("; ")}`);
