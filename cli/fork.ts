@@ -122,7 +122,8 @@ export async function forkStack(options: ForkOptions): Promise<ForkResult> {
         },
     });
     doc.comment = rename(doc.comment) ?? null;
-    const text = doc.toString({ lineWidth: 0 });
+    // Flow sequences as the source writes them: `[a, b]`, not yaml's padded `[ a, b ]`.
+    const text = doc.toString({ lineWidth: 0, flowCollectionPadding: false });
 
     parseStackConfig(ownKeys(YAML.parse(text).config), target);
     const changes = diff(flatten(configOf(sourceFile)), flatten(ownConfig(YAML.parse(text).config)));

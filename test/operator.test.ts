@@ -94,6 +94,15 @@ describe("airlock fork", () => {
         expect(result.stillNeeded.join("\n")).not.toContain(secretValue);
     });
 
+    it("keeps the source's flow sequences as written", async () => {
+        const dir = stacksCopy();
+        const source = fs.readFileSync(path.join(dir, "Pulumi.dev.yaml"), "utf8");
+        const flow = source.split("\n").filter((line) => /: \[.+\]/.test(line) && !/authorizedKeys/.test(line));
+        expect(flow.length).toBeGreaterThan(0);
+        const written = fs.readFileSync((await forkStack({ stacksDir: dir, customer: "flow", from: "dev" })).file, "utf8").split("\n");
+        for (const line of flow) expect(written, line).toContain(line);
+    });
+
     it("warns that a fork managing its tailnet's policy replaces the whole policy file, and only then", async () => {
         const dir = stacksCopy();
         const warning = (from: string) => forkStack({ stacksDir: dir, customer: `w${from}`, from }).then((r) => r.stillNeeded.filter((l) => /replaces the tailnet's whole policy file/.test(l)));
