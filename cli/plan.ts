@@ -185,16 +185,49 @@ export function removeCreated(created: string[]): void {
 }
 
 /**
+ * What a plan killed while writing `outDir` (kill -9, a power cut) left beside it: its
+ * staging folder and, when it died between its two renames, the previous plan, which
+ * goes back in place. Only folders of this shape whose process is gone are touched; a
+ * plan still running keeps its own.
+ */
+export function sweepAbandoned(outDir: string): void {
+    const parent = path.dirname(path.resolve(outDir));
+    const shape = new RegExp(`^\\.${path.basename(outDir).replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}\\.airlock-plan-(\\d+)-[A-Za-z0-9]{6}(-previous)?$`);
+    let entries: string[];
+    try {
+        entries = fs.readdirSync(parent);
+    } catch {
+        return;
+    }
+    const gone = (pid: number) => {
+        try {
+            process.kill(pid, 0);
+            return false;
+        } catch (err) {
+            return (err as NodeJS.ErrnoException).code === "ESRCH";
+        }
+    };
+    for (const name of entries.sort((a, b) => Number(b.endsWith("-previous")) - Number(a.endsWith("-previous")))) {
+        const match = shape.exec(name);
+        if (!match || !gone(Number(match[1]))) continue;
+        const folder = path.join(parent, name);
+        if (match[2] && !fs.existsSync(outDir) && isReplaceable(folder)) fs.renameSync(folder, outDir);
+        else if (isReplaceable(folder)) fs.rmSync(folder, { recursive: true, force: true });
+    }
+}
+
+/**
  * Writes preview.json and every artifact to `outDir`, atomically: a complete new
  * directory replaces the old one, so a failed run never leaves half a plan. It never
  * deletes what it did not write: see usableOutDir.
  */
 export function writePlan(plan: StackPlan, outDir: string): string[] {
+    sweepAbandoned(outDir);
     const { existing } = usableOutDir(outDir);
     const parent = path.dirname(path.resolve(outDir));
     let staging: string;
     try {
-        staging = fs.mkdtempSync(path.join(parent, `.${path.basename(outDir)}.airlock-plan-`));
+        staging = fs.mkdtempSync(path.join(parent, `.${path.basename(outDir)}.airlock-plan-${process.pid}-`));
     } catch (err) {
         throw new ConfigError([`${outDir}: cannot write in ${parent}: ${failure(err)}`]);
     }

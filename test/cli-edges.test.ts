@@ -1,7 +1,9 @@
+import { spawn, spawnSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
-import { airlock } from "./helpers/cli";
+import { sweepAbandoned } from "../cli/plan";
+import { airlock, AIRLOCK_BIN } from "./helpers/cli";
 import { editedStack, REPO, stackFile, tempDir } from "./helpers/stacks";
 
 /** The rough edges a new user met first (issue 31), each as they met it. */
@@ -34,6 +36,55 @@ describe("the CLI's rough edges", () => {
         expect(result.status).toBe(2);
         expect(result.stderr).toMatch(/workspaceVolumeGb/);
         expect(fs.readdirSync(root)).toEqual([]);
+    });
+
+    it("Ctrl-C while planning writes nothing and leaves no folder of its own: exit 130", async () => {
+        const root = tempDir("interrupted");
+        const out = path.join(root, "x", "y");
+        const child = spawn(process.execPath, [AIRLOCK_BIN, "plan", "--stack", "dev", "--out", out], { cwd: REPO, stdio: "ignore" });
+        const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+        // The run has made the output's parent (its checks are done, the planning is under way).
+        for (let i = 0; i < 400 && !fs.existsSync(path.join(root, "x")); i++) await new Promise((r) => setTimeout(r, 25));
+        expect(fs.existsSync(path.join(root, "x"))).toBe(true);
+        child.kill("SIGINT");
+        expect(await exited).toBe(130);
+        // Before: killed at once, the run left its empty x/ (and, inside writePlan, its staging folder).
+        expect(fs.readdirSync(root)).toEqual([]);
+    }, 60_000);
+
+    it("a plan killed while writing leaves its staging folder, which the next plan removes; a running plan's is kept, a stranded previous plan restored", () => {
+        const root = tempDir("abandoned");
+        const out = path.join(root, "plan");
+        // A process id that is gone: a child that has exited.
+        const dead = spawnSync("true").pid!;
+        const stale = path.join(root, `.plan.airlock-plan-${dead}-AbC123`);
+        fs.mkdirSync(stale);
+        fs.writeFileSync(path.join(stale, ".airlock-plan"), "written by airlock plan --stack dev\n");
+        const running = path.join(root, `.plan.airlock-plan-${process.pid}-XyZ789`);
+        fs.mkdirSync(running);
+        // Killed between its renames: the previous plan stranded, no plan in place.
+        const previous = path.join(root, `.plan.airlock-plan-${dead}-QrS456-previous`);
+        fs.mkdirSync(previous);
+        fs.writeFileSync(path.join(previous, ".airlock-plan"), "written by airlock plan --stack dev\n");
+        fs.writeFileSync(path.join(previous, "mine"), "the previous plan\n");
+        // Someone else's folder of a similar name is not ours to touch.
+        const other = path.join(root, `.plan.airlock-plan-${dead}-Other1`);
+        fs.mkdirSync(other);
+        fs.writeFileSync(path.join(other, "notes.txt"), "keep\n");
+
+        // What the next plan does first: the stranded previous plan back in place, the dead run's staging gone.
+        sweepAbandoned(out);
+        expect(fs.readFileSync(path.join(out, "mine"), "utf8")).toBe("the previous plan\n");
+        expect(fs.readdirSync(root).sort()).toEqual([path.basename(other), path.basename(running), "plan"].sort());
+        // And the plan itself.
+        fs.rmSync(out, { recursive: true });
+        fs.renameSync(fs.mkdtempSync(path.join(root, "x")), previous);
+        fs.writeFileSync(path.join(previous, ".airlock-plan"), "written by airlock plan --stack dev\n");
+        fs.mkdirSync(stale);
+        const result = airlock(["plan", "--stack", "dev", "--out", out]);
+        expect(result.status, result.stderr).toBe(0);
+        expect(fs.readdirSync(root).sort()).toEqual([path.basename(other), path.basename(running), "plan"].sort());
+        expect(fs.existsSync(path.join(out, "preview.json"))).toBe(true);
     });
 
     it("works from any folder of the project, as from its top", () => {

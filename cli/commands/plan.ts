@@ -7,6 +7,9 @@ import { formatSummary, locateInPlan, removeCreated, summarize, usableOutDir, wr
 import { existingStackFile } from "../stacks";
 import { policyOf, report } from "../report";
 
+/** One turn of the event loop, in which a signal that came meanwhile reaches its listener. */
+const signalsHandled = () => new Promise<void>((resolve) => setImmediate(resolve));
+
 export function define(command: Command, cli: Cli) {
     command
         .requiredOption("--stack <name>", "stack name (stacks/Pulumi.<name>.yaml)")
@@ -18,13 +21,25 @@ export function define(command: Command, cli: Cli) {
         const outDir = opts.out ?? cli.outDir(opts.stack);
         const policy = policyOf(cli);
         const { created } = usableOutDir(outDir); // fail at once, not after planning
+        // Ctrl-C (or a TERM) while planning: the folders this run made go (only while empty), then the
+        // shell's usual status. Planning and writePlan hardly yield to the event loop, so a signal that
+        // comes during them is handled at the yield after each: before anything is written, or once the
+        // plan is whole. A plan is complete or absent, never half.
+        const interrupted = (signal: NodeJS.Signals) => {
+            removeCreated(created);
+            process.exit(signal === "SIGINT" ? 130 : 143);
+        };
+        process.once("SIGINT", interrupted);
+        process.once("SIGTERM", interrupted);
         let plan, changes, files;
         try {
             // Read before the plan replaces it (it is often out/<stack>/preview.json itself).
             const before = opts.against ? readPlannedResources(opts.against) : undefined;
             plan = await planStack(stackFile, opts.stack);
+            await signalsHandled(); // interrupted while planning: nothing is written
             changes = before ? changesBetween(before, plan.resources) : undefined;
             files = writePlan(plan, outDir);
+            await signalsHandled();
         } catch (err) {
             removeCreated(created); // a failed plan leaves no folder behind
             throw err;
