@@ -340,7 +340,7 @@ const dns = z.strictObject({
     queryLogDays: z.number().int().min(1).max(365).default(90),
 });
 
-const stackConfigBase = z.strictObject({
+export const stackConfigBase = z.strictObject({
     /** Unique per stack: names every server, firewall, volume, tag and hostname. */
     prefix: z
         .string()
