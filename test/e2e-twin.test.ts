@@ -503,10 +503,13 @@ describe.runIf(canRun)("the twin", () => {
         expect(init.stdout.match(/[0-9a-f]{64}/g) ?? [], init.stdout).toHaveLength(2);
         expect(asRoot("gateway", "stat -c '%U %a' /etc/airlock/backup/gateway.env /etc/airlock/backup/sandbox.env").stdout.trim().split("\n")).toEqual(["root 600", "root 600"]);
         expect(asAgent("mkdir -p /workspace/drill && seq 1 2000 > /workspace/drill/numbers && echo kept > /workspace/drill/note").code).toBe(0);
-        for (const unit of ["airlock-backup-gateway.service", "airlock-backup-sandbox.service"]) {
+        // The weekly checks after them: restic check starts only when no lock is left, so a backup that could not
+        // remove its lock from the append-only repository (restic 0.14 on B2) fails every check after it.
+        for (const unit of ["airlock-backup-gateway.service", "airlock-backup-sandbox.service", "airlock-restic-check-gateway.service", "airlock-restic-check-sandbox.service"]) {
             const backup = asRoot("gateway", `systemctl start ${unit}; systemctl is-failed ${unit}; journalctl -u ${unit} --no-pager | tail -5`, 10 * MINUTE);
             expect(backup.stdout, unit).toMatch(/^active$|^inactive$/m);
         }
+        for (const m of ["gateway", "sandbox"]) expect(fs.readdirSync(path.join(backupStorage(STACK), m, "locks")), `${m}'s locks`).toEqual([]);
         const drill = asRoot("gateway", "airlock-restore-drill", 10 * MINUTE);
         expect(drill.code, drill.stdout + drill.stderr).toBe(0);
         // The stand-in's storage is on this machine: cut every pack of the sandbox's repository short.
