@@ -71,7 +71,37 @@ describe("the B2 dynamic provider against the fake B2", () => {
         const listed = b2.calls.filter((c) => c === "b2_list_file_versions").length;
         await bucketProvider.delete!(emptied.id, emptied.outs);
         expect(b2.buckets.has(emptied.id)).toBe(false);
-        expect(b2.calls.filter((c) => c === "b2_list_file_versions").length - listed).toBe(2);
+        // Two pages, then a pass that finds the bucket empty.
+        expect(b2.calls.filter((c) => c === "b2_list_file_versions").length - listed).toBe(3);
+    });
+
+    it("bucket: emptying outlasts a host writing meanwhile (a version added is deleted too, one gone is no error), and gives up, naming the bucket, on one that never stops", async () => {
+        const inputs = { b2Kind: "bucket" as const, bucketName: "airlock-dev-gateway-e3", retentionDays: 30, emptyOnDelete: true };
+        const put = (bucketId: string, name: string) => b2.buckets.get(bucketId)!.versions.push({ fileId: `f-${bucketId}-${name}-${b2.calls.length}`, fileName: name, action: "upload", content: "x" });
+        const racing = await bucketProvider.create(inputs);
+        put(racing.id, "snapshots/b");
+        put(racing.id, "snapshots/c");
+        let deletes = 0;
+        b2.onCall = (name) => {
+            // As the first delete arrives (the listing done): a version that sorts before the listing's cursor,
+            // and a listed one gone before its own delete.
+            if (name === "b2_delete_file_version" && ++deletes === 1) {
+                put(racing.id, "snapshots/a");
+                const versions = b2.buckets.get(racing.id)!.versions;
+                versions.splice(versions.findIndex((v) => v.fileName === "snapshots/c"), 1);
+            }
+        };
+        try {
+            await bucketProvider.delete!(racing.id, racing.outs);
+            expect(b2.buckets.has(racing.id)).toBe(false);
+
+            const endless = await bucketProvider.create({ ...inputs, bucketName: "airlock-dev-gateway-e4" });
+            b2.onCall = (name) => name === "b2_list_file_versions" && put(endless.id, `snapshots/${b2.calls.length}`);
+            await expect(bucketProvider.delete!(endless.id, endless.outs)).rejects.toThrow(`B2 bucket ${endless.id}: still not empty after 5 passes`);
+            expect(b2.buckets.has(endless.id)).toBe(true);
+        } finally {
+            b2.onCall = undefined;
+        }
     });
 
     it("key: create with its secret, refresh keeps it, any change replaces, idempotent delete", async () => {

@@ -66,6 +66,14 @@ interface Session {
 
 const DEFAULT_AUTH_URL = "https://api.backblazeb2.com";
 
+/** Listing passes emptyBucket makes before it gives up, and the deletes it has in flight at once. */
+const EMPTY_PASSES = 5;
+const DELETE_CONCURRENCY = 8;
+/** b2_delete_file_version of a version that is gone (deleted, or a large file cancelled, meanwhile): nothing left to do. */
+function goneAlready(err: unknown): void {
+    if ((err as { code?: string }).code !== "file_not_present") throw err;
+}
+
 export class B2Client {
     private session?: Session;
 
@@ -183,20 +191,29 @@ export class B2Client {
 
     /**
      * Deletes every version of every file in the bucket, hide markers included, page by
-     * page as b2_list_file_versions lists them (B2 deletes no bucket that holds one).
+     * page as b2_list_file_versions lists them (B2 deletes no bucket that holds one), and
+     * lists again until a pass finds none: a version added meanwhile is deleted too, and
+     * one already gone (removed meanwhile) is no error. Gives up, naming the bucket, when
+     * versions keep coming (a host still writing).
      */
-    async emptyBucket(bucketId: string): Promise<number> {
+    async emptyBucket(bucketId: string, passes = EMPTY_PASSES): Promise<number> {
         let deleted = 0;
-        let next: { startFileName: string; startFileId: string } | undefined;
-        do {
-            const page = await this.call("b2_list_file_versions", { bucketId, maxFileCount: 1000, ...next });
-            for (const version of page.files as { fileName: string; fileId: string }[]) {
-                await this.deleteFileVersion(version.fileName, version.fileId);
-                deleted++;
-            }
-            next = page.nextFileName ? { startFileName: page.nextFileName, startFileId: page.nextFileId } : undefined;
-        } while (next);
-        return deleted;
+        for (let pass = 0; pass < passes; pass++) {
+            let found = 0;
+            let next: { startFileName: string; startFileId: string } | undefined;
+            do {
+                const page = await this.call("b2_list_file_versions", { bucketId, maxFileCount: 1000, ...next });
+                const versions = page.files as { fileName: string; fileId: string }[];
+                found += versions.length;
+                for (let i = 0; i < versions.length; i += DELETE_CONCURRENCY) {
+                    await Promise.all(versions.slice(i, i + DELETE_CONCURRENCY).map((v) => this.deleteFileVersion(v.fileName, v.fileId).catch(goneAlready)));
+                }
+                deleted += versions.length;
+                next = page.nextFileName ? { startFileName: page.nextFileName, startFileId: page.nextFileId } : undefined;
+            } while (next);
+            if (found === 0) return deleted;
+        }
+        throw new Error(`B2 bucket ${bucketId}: still not empty after ${passes} passes (${deleted} versions deleted): is a host still writing to it? Stop its backups and destroy again`);
     }
 
     async findBucket(bucketId: string): Promise<Bucket | undefined> {

@@ -45,6 +45,8 @@ export interface FakeB2 {
     failNext(status: number, count: number): void;
     /** Every call name received, in order. */
     calls: string[];
+    /** Runs as each call arrives, before it is answered: another client acting meanwhile, in a test. */
+    onCall?: (name: string) => void;
     close(): Promise<void>;
 }
 
@@ -98,6 +100,7 @@ export async function startFakeB2(): Promise<FakeB2> {
     const tokens = new Map<string, Key>();
     const calls: string[] = [];
     let failures: { status: number; count: number } = { status: 0, count: 0 };
+    const fake = {} as FakeB2;
 
     const server = http.createServer((req, res) => {
         const chunks: Buffer[] = [];
@@ -126,6 +129,7 @@ export async function startFakeB2(): Promise<FakeB2> {
             }
             const name = url.pathname.split("/").pop() ?? "";
             calls.push(name);
+            fake.onCall?.(name);
 
             if (name === "b2_authorize_account") {
                 const [keyId, secret] = Buffer.from((req.headers.authorization ?? "").replace(/^Basic /, ""), "base64").toString().split(":");
@@ -282,16 +286,17 @@ export async function startFakeB2(): Promise<FakeB2> {
         });
     });
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-    return {
+    Object.assign(fake, {
         url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
         accountId,
         master: { applicationKeyId: master.applicationKeyId, applicationKey: master.applicationKey },
         buckets,
         keys,
         calls,
-        failNext: (status, count) => (failures = { status, count }),
-        close: () => new Promise((resolve) => server.close(() => resolve())),
-    };
+        failNext: (status: number, count: number) => (failures = { status, count }),
+        close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+    });
+    return fake;
 }
 
 function publicBucket(b: BucketState) {
