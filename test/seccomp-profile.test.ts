@@ -5,7 +5,7 @@ import * as YAML from "yaml";
 import { readStackFile } from "../components/config/load";
 import { renderedFile, renderHosts, stackFile, tempDir } from "./helpers/stacks";
 import { isRoot, run, toolsAvailable } from "./helpers/tools";
-import { hostToolsDir } from "./helpers/hostTools";
+import { HOST_DEBS_CACHE } from "./helpers/hostTools";
 import { HOST_SUITE } from "../twin/contract";
 import { privateApt } from "../twin/private-apt";
 
@@ -98,7 +98,7 @@ const canDownload = isRoot() && toolsAvailable("the seccomp base profile's prove
 
 describe.runIf(canDownload)("the base profile's provenance", () => {
     it(`is byte for byte Docker's default.json of the hosts' docker.io (Debian ${HOST_SUITE}'s ${DOCKER_DEFAULT_FROM.package} ${DOCKER_DEFAULT_FROM.version})`, async () => {
-        const apt = privateApt(tempDir("seccomp-apt"), path.join(hostToolsDir(), "..", "debs"));
+        const apt = privateApt(tempDir("seccomp-apt"), HOST_DEBS_CACHE);
         await apt.run(["update"]);
         const [dockerIo, dev] = await apt.current(["docker.io", DOCKER_DEFAULT_FROM.package]);
         // The hosts install the suite's docker.io now; its source's -dev package carries the profile it builds in

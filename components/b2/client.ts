@@ -69,10 +69,6 @@ const DEFAULT_AUTH_URL = "https://api.backblazeb2.com";
 /** Listing passes emptyBucket makes before it gives up, and the deletes it has in flight at once. */
 const EMPTY_PASSES = 5;
 const DELETE_CONCURRENCY = 8;
-/** b2_delete_file_version of a version that is gone (deleted, or a large file cancelled, meanwhile): nothing left to do. */
-function goneAlready(err: unknown): void {
-    if ((err as { code?: string }).code !== "file_not_present") throw err;
-}
 
 export class B2Client {
     private session?: Session;
@@ -185,8 +181,13 @@ export class B2Client {
         });
     }
 
+    /** Deletes one version; one already gone (removed by hand, with its bucket, or a large file cancelled meanwhile) is no error. */
     async deleteFileVersion(fileName: string, fileId: string): Promise<void> {
-        await this.call("b2_delete_file_version", { fileName, fileId });
+        try {
+            await this.call("b2_delete_file_version", { fileName, fileId });
+        } catch (err) {
+            if ((err as { code?: string }).code !== "file_not_present") throw err;
+        }
     }
 
     /**
@@ -206,7 +207,7 @@ export class B2Client {
                 const versions = page.files as { fileName: string; fileId: string }[];
                 found += versions.length;
                 for (let i = 0; i < versions.length; i += DELETE_CONCURRENCY) {
-                    await Promise.all(versions.slice(i, i + DELETE_CONCURRENCY).map((v) => this.deleteFileVersion(v.fileName, v.fileId).catch(goneAlready)));
+                    await Promise.all(versions.slice(i, i + DELETE_CONCURRENCY).map((v) => this.deleteFileVersion(v.fileName, v.fileId)));
                 }
                 deleted += versions.length;
                 next = page.nextFileName ? { startFileName: page.nextFileName, startFileId: page.nextFileId } : undefined;

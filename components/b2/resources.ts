@@ -134,13 +134,7 @@ export const fileProvider: pulumi.dynamic.ResourceProvider = {
         return { changes: replaces.length > 0, replaces };
     },
     async delete(id: string, props: FileInputs) {
-        const b2 = client();
-        try {
-            await b2.deleteFileVersion(props.fileName, id);
-        } catch (err) {
-            // Already gone (removed by hand, or with its bucket): nothing to delete.
-            if ((err as { code?: string }).code !== "file_not_present") throw err;
-        }
+        await client().deleteFileVersion(props.fileName, id);
     },
 };
 

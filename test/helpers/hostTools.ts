@@ -26,6 +26,8 @@ export const HOST_SSHD_PACKAGES = ["openssh-server"];
 /** The programs of it sshd runs: itself, then per connection the session and (OpenSSH 10) the authentication one. */
 const SSHD_PROGRAMS = { sshd: "usr/sbin/sshd", "sshd-session": "usr/lib/openssh/sshd-session", "sshd-auth": "usr/lib/openssh/sshd-auth" };
 const CACHE = "/var/cache/airlock-host-tools";
+/** The .debs fetched for the host tools, kept across suites and lists (a test fetching another Debian package shares it). */
+export const HOST_DEBS_CACHE = path.join(CACHE, "debs");
 /** Bump when the layout of a cached folder changes. */
 const LAYOUT = "1";
 
@@ -41,7 +43,7 @@ async function ensureHostTools(): Promise<string> {
     fs.mkdirSync(CACHE, { recursive: true });
     const staging = fs.mkdtempSync(path.join(CACHE, ".tools-"));
     try {
-        const apt = privateApt(path.join(staging, "apt"), path.join(CACHE, "debs"));
+        const apt = privateApt(path.join(staging, "apt"), HOST_DEBS_CACHE);
         await apt.run(["update"]);
         const refs = await apt.current(Object.keys(HOST_TOOLS));
         await apt.download(refs);
