@@ -5,7 +5,7 @@ import addFormats from "ajv-formats";
 import * as YAML from "yaml";
 import { describe, expect, it } from "vitest";
 import { forkStack } from "../cli/fork";
-import { STACK_SCHEMA_FILE, stackFileSchema, stackFileSchemaText } from "../cli/stackSchema";
+import { CONFIG_REFERENCE_FILE, configReferenceText, STACK_SCHEMA_FILE, stackFileSchema, stackFileSchemaText } from "../cli/stackSchema";
 import { readStackFile } from "../components/config/load";
 import { editedStack, REPO, SHIPPED_STACKS, stackFile, STACKS_DIR, tempDir } from "./helpers/stacks";
 
@@ -31,6 +31,20 @@ describe("the stack files' JSON Schema", () => {
         const text = stackFileSchemaText(PROJECT);
         if (process.env.AIRLOCK_WRITE_DOCS === "1") fs.writeFileSync(committed, text);
         expect(fs.readFileSync(committed, "utf8"), "stacks/stack.schema.json is stale: run this test with AIRLOCK_WRITE_DOCS=1").toBe(text);
+    });
+
+    it("is the committed docs/config-reference.md, where every key says what it means", () => {
+        const text = configReferenceText(PROJECT);
+        const page = path.join(REPO, CONFIG_REFERENCE_FILE);
+        if (process.env.AIRLOCK_WRITE_DOCS === "1") fs.writeFileSync(page, text);
+        expect(fs.readFileSync(page, "utf8"), "docs/config-reference.md is stale: run this test with AIRLOCK_WRITE_DOCS=1").toBe(text);
+        const keys = text.split("\n").filter((l) => /^\| `/.test(l));
+        expect(keys.length).toBeGreaterThan(80);
+        for (const line of keys) expect(line.split(" | ")[3], line).toMatch(/\w/);
+        // Every key a stack may set is on the page, however deep.
+        for (const key of ["airlock:sandbox.checkpoints.minFreePercent", "airlock:workloads.services[].network", "airlock:gateway.github.repositories", "<service>.pids_limit"]) {
+            expect(keys.some((l) => l.startsWith(`| \`${key}\``)), key).toBe(true);
+        }
     });
 
     it.each(SHIPPED_STACKS)("takes the shipped %s stack", (stack) => {

@@ -80,10 +80,10 @@ const tailscaleTag = z.string().regex(/^tag:[a-z0-9][a-z0-9-]{0,62}$/, "expected
  * file, and the policy gate judges it (hcloud-firewall-no-public-inbound-tcp).
  */
 const inboundRule = z.strictObject({
-    protocol: z.enum(["tcp", "udp", "icmp", "esp", "gre"]),
-    port: z.string().regex(/^\d{1,5}(-\d{1,5})?$/, "expected a port or a range like 8000-8010").optional(),
-    sourceIps: z.array(z.string().regex(/^[0-9a-fA-F:.]+\/\d{1,3}$/, "expected a CIDR like 203.0.113.7/32")).min(1),
-    description: z.string().max(255).optional(),
+    protocol: z.enum(["tcp", "udp", "icmp", "esp", "gre"]).describe("The protocol it lets in."),
+    port: z.string().regex(/^\d{1,5}(-\d{1,5})?$/, "expected a port or a range like 8000-8010").optional().describe("A port, or a range like 8000-8010."),
+    sourceIps: z.array(z.string().regex(/^[0-9a-fA-F:.]+\/\d{1,3}$/, "expected a CIDR like 203.0.113.7/32")).min(1).describe("Where it may come from, as CIDRs like 203.0.113.7/32."),
+    description: z.string().max(255).optional().describe("Shown beside the rule in Hetzner's console."),
 });
 
 /** A server type, with the successor named when the one given was withdrawn. */
@@ -95,14 +95,17 @@ const serverType = z.preprocess((value, ctx) => {
 }, z.enum(SERVER_TYPES));
 
 const host = z.strictObject({
-    serverType,
-    location: z.enum(LOCATIONS),
-    /** Hetzner's image: the templates name Debian 13's packages (docker-cli) and settle its defaults (ssh generator, dhcpcd). */
-    image: z.string().regex(/^debian-13$/, "expected debian-13: the hosts' packages and settings are Debian 13's (Debian 12 has no docker-cli package, and left regular security support in June 2026)").default("debian-13"),
-    /** Pulumi `protect` on the server: `pulumi destroy` refuses until it is lifted. */
-    protect: z.boolean().default(false),
-    /** Beyond Tailscale's UDP port and ICMP; empty by default, and every one is gated. */
-    extraInboundRules: z.array(inboundRule).default([]),
+    serverType: serverType.describe("Hetzner server type, one that can still be ordered: a withdrawn one (the whole cx*2 and cpx*1 generations) is refused with its successor named. CX and CAX types are offered in fsn1, nbg1 and hel1 only (`airlock fork --region` outside them takes the CPX type of the same size)."),
+    location: z.enum(LOCATIONS).describe("Hetzner location."),
+    // The templates name Debian 13's packages (docker-cli) and settle its defaults (ssh generator, dhcpcd).
+    image: z
+        .string()
+        .regex(/^debian-13$/, "expected debian-13: the hosts' packages and settings are Debian 13's (Debian 12 has no docker-cli package, and left regular security support in June 2026)")
+        .default("debian-13").describe("Hetzner's image; debian-12 is refused. A server keeps the image it was created with (it ignores a later change): moving the gateway is a rebuild (docs/day-two.md)."),
+    protect: z.boolean().default(false).describe("Pulumi `protect` and Hetzner's delete and rebuild protection on the server: `pulumi destroy` refuses until it is lifted."),
+    extraInboundRules: z
+        .array(inboundRule)
+        .default([]).describe("A deliberate loosening of the firewall beyond Tailscale's UDP port and ICMP, judged by the gate (`hcloud-firewall-no-public-inbound-tcp`: a /32 passes, 0.0.0.0/0 fails)."),
 });
 
 /** The major version of pg_dump in the built shell (templates/images/sandbox-shell: Debian 12's postgresql-client). */
@@ -136,57 +139,66 @@ const image = z.string().regex(IMAGE_REFERENCE, "expected an image reference lik
 
 /** Hardening a service may tighten (or, visibly, loosen: the gate judges the result). */
 const serviceOverrides = {
-    cap_add: z.array(z.string().regex(/^[A-Z_]+$/)).optional(),
-    pids_limit: z.number().int().optional(),
-    mem_limit: z.string().regex(/^\d+[bkmg]?$/).optional(),
-    cpus: z.number().positive().optional(),
-    read_only: z.boolean().optional(),
+    cap_add: z.array(z.string().regex(/^[A-Z_]+$/)).optional().describe("Capabilities given back (every service starts with none), like NET_BIND_SERVICE; the gate judges each."),
+    pids_limit: z.number().int().optional().describe("Most processes the container may run."),
+    mem_limit: z.string().regex(/^\d+[bkmg]?$/).optional().describe("Memory limit, like 512m or 2g."),
+    cpus: z.number().positive().optional().describe("CPUs the container may use, like 1.5."),
+    read_only: z.boolean().optional().describe("A read-only root filesystem."),
 };
+/** The keys of serviceOverrides, which the configuration reference lists once for every service. */
+export const SERVICE_OVERRIDE_KEYS = Object.keys(serviceOverrides);
 
 /** A service of the stack's own, beside the built-in ones. */
 const userService = z.strictObject({
-    name: z.string().regex(/^[a-z][a-z0-9-]{0,40}$/),
-    image,
-    command: z.array(z.string()).optional(),
-    environment: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/), z.string()).optional(),
-    volumes: z.array(z.string()).optional(),
-    ports: z.array(z.string()).optional(),
-    /** "internal" joins the internal (no egress) network only; "egress" may reach out through DNS/nftables policy. */
-    network: z.enum(["internal", "egress"]).default("internal"),
+    name: z.string().regex(/^[a-z][a-z0-9-]{0,40}$/).describe("The service's name (a-z, 0-9, -), not a built-in one's."),
+    image: image.describe("Its image, pinned by digest unless `resolveDigests`."),
+    command: z.array(z.string()).optional().describe("The container's command."),
+    environment: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/), z.string()).optional().describe("Plain settings, rendered into user_data: no secrets."),
+    volumes: z.array(z.string()).optional().describe("Compose volume entries; the gate judges host paths."),
+    ports: z.array(z.string()).optional().describe("Compose port entries; the gate judges any address but 127.0.0.1 and the tailnet's."),
+    network: z.enum(["internal", "egress"]).default("internal").describe("`internal`: the internal network only, no egress. `egress`: may reach out, under the DNS and nftables policy."),
     ...serviceOverrides,
 });
 
 const optionalService = (defaultImage: string) =>
-    z.strictObject({ enabled: z.boolean().default(false), image: image.default(defaultImage), ...serviceOverrides });
+    z.strictObject({ enabled: z.boolean().default(false).describe("Run it."), image: image.default(defaultImage).describe("Its image."), ...serviceOverrides });
 
 const workloads = z
     .strictObject({
-        /**
-         * Resolve tag-only images to their digest at deploy time (registry lookup through
-         * @pulumi/docker); the resolved digest is what gets rendered.
-         */
-        resolveDigests: z.boolean().default(false),
-        /** When set, the hardened sandbox-shell image is built from templates/images/sandbox-shell and pushed here. */
-        registry: z.string().regex(/^[a-z0-9.-]+(?::\d+)?(\/[a-z0-9._-]+)*$/).optional(),
-        sandboxShell: z.strictObject({ image: image.optional(), ...serviceOverrides }).prefault({}),
-        browser: z.strictObject({ enabled: z.boolean().default(true), image: image.default("chromedp/headless-shell:stable"), ...serviceOverrides }).prefault({}),
-        postgres: optionalService(`postgres:${SHELL_PG_DUMP_MAJOR}-bookworm`).prefault({}),
-        redis: optionalService("redis:7-bookworm").prefault({}),
-        /** An API bound to 127.0.0.1 only; its image has no default (airlock ships no API). */
+        resolveDigests: z
+            .boolean()
+            .default(false).describe("Look tag-only images up in their registry at deploy (through @pulumi/docker) and render `name:tag@sha256:…`; when false, an image without a digest is a plan-time error."),
+        registry: z
+            .string()
+            .regex(/^[a-z0-9.-]+(?::\d+)?(\/[a-z0-9._-]+)*$/)
+            .optional().describe("A registry (`host/path`) to build `templates/images/sandbox-shell` and push it to; its digest-pinned reference is filled into user_data at deploy."),
+        sandboxShell: z
+            .strictObject({ image: image.optional().describe("Its image; required unless `registry` is set (then it is built)."), ...serviceOverrides })
+            .prefault({}).describe("`agent-sandbox-shell`, the container every command runs in."),
+        browser: z
+            .strictObject({ enabled: z.boolean().default(true).describe("Run it."), image: image.default("chromedp/headless-shell:stable").describe("Its image."), ...serviceOverrides })
+            .prefault({}).describe("A headless browser on the sandbox: CDP on the tailnet address's port 9222 only, no /workspace."),
+        postgres: optionalService(`postgres:${SHELL_PG_DUMP_MAJOR}-bookworm`)
+            .prefault({}).describe("PostgreSQL, on an `internal: true` network only. The hourly dump runs the shell's `pg_dump`, which refuses a server newer than itself: with the built shell (its client is 15) a newer major is refused, and the gateway's drills restore 17 at most."),
+        redis: optionalService("redis:7-bookworm").prefault({}).describe("Redis, on an `internal: true` network only."),
         api: z
-            .strictObject({ enabled: z.boolean().default(false), image: image.optional(), port: z.number().int().min(1024).max(65535).default(8080), ...serviceOverrides })
-            .prefault({}),
-        services: z.array(userService).default([]),
-        /** AdGuard Home on the gateway, the sandbox's resolver. */
+            .strictObject({
+                enabled: z.boolean().default(false).describe("Run it."),
+                image: image.optional().describe("Its image (airlock ships no API): required when enabled."),
+                port: z.number().int().min(1024).max(65535).default(8080).describe("Its port, published on 127.0.0.1."),
+                ...serviceOverrides,
+            })
+            .prefault({}).describe("An API of your own, published on 127.0.0.1 only."),
+        services: z.array(userService).default([]).describe("Your own services, hardened like the built-in ones."),
         adguard: z
             .strictObject({
                 image: image
                     .default(`adguard/adguardhome:${ADGUARD_HOME_VERSION}`)
                     .refine((ref) => !/:v?\d+\.\d+\.\d+/.test(ref.split("@")[0]) || ref.split("@")[0].endsWith(`:${ADGUARD_HOME_VERSION}`), {
                         message: `airlock renders AdGuard Home's config for ${ADGUARD_HOME_VERSION} (schema 29), which another release may refuse: use that release (or your mirror of it)`,
-                    }),
+                    }).describe("Its image: the release airlock renders the config for, or your mirror of it."),
             })
-            .prefault({}),
+            .prefault({}).describe("AdGuard Home on the gateway, the sandbox's resolver."),
     })
     .superRefine((w, ctx) => {
         if (!w.registry && !w.sandboxShell.image) {
@@ -245,36 +257,37 @@ const tableName = z.string().regex(/^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$/, "e
 
 /** The agent's runtime on the gateway: one hardened service of the gateway's compose. */
 const agentRuntime = z.strictObject({
-    image,
-    /** What the runtime runs (default DEFAULT_RUNTIME_COMMAND: hermes gateway run), started through airlock's preflight. */
+    image: image.describe("Hermes Agent's image, pinned by digest unless `resolveDigests`."),
     command: z
         .array(z.string().min(1))
         .min(1)
         .refine((command) => command[0] === "hermes", {
             message: "must start with hermes (the preflight checks Hermes's configuration, then runs exactly this: a shell or env in front could change it)",
         })
-        .optional(),
-    /** Plain settings only (rendered into user_data); secrets go in `secrets`. */
-    environment: z.record(runtimeVariable, z.string()).optional(),
-    /** Names of the runtime's secrets; their values are delivered at run time by `airlock secrets push`. */
-    secrets: stackSecrets,
-    /** Where the image keeps its state (memory, skills, sessions; Hermes's HERMES_HOME); a named volume is mounted there. */
-    statePath: z.string().regex(/^\/[\w.-]+(\/[\w.-]+)*$/, "expected an absolute path like /opt/data").default("/opt/data"),
-    /** Size of the filesystem holding the runtime's volumes (state, memory database): a runaway agent cannot fill the gateway's disk. */
-    stateGb: z.number().int().min(1).max(500).default(10),
-    /** Publish this port on 127.0.0.1 only (a local UI or API, reached through an ssh tunnel); nothing is published otherwise. */
-    port: z.number().int().min(1024).max(65535).optional(),
-    /** PostgreSQL (pgvector-capable) for the runtime's memory, on an internal network. */
+        .optional().describe("What the runtime runs, always after `airlock-hermes-preflight`; unset: `[hermes, gateway, run]`. It must start with hermes."),
+    environment: z.record(runtimeVariable, z.string()).optional().describe("Plain settings only (rendered into user_data); secrets go in `secrets`."),
+    secrets: stackSecrets.describe(
+        "The runtime's secrets, each `secure:` (`pulumi config set --secret --path 'airlock:gateway.agent.secrets.NAME'`), delivered at run time by `airlock secrets push`; only their names reach the plan. `GITHUB_APP_PRIVATE_KEY` is the GitHub App's key, read by root only.",
+    ),
+    statePath: z
+        .string()
+        .regex(/^\/[\w.-]+(\/[\w.-]+)*$/, "expected an absolute path like /opt/data")
+        .default("/opt/data").describe("Where the image keeps its state (memory, skills, sessions: Hermes's HERMES_HOME); a named volume is mounted there."),
+    stateGb: z
+        .number()
+        .int()
+        .min(1)
+        .max(500)
+        .default(10).describe("Size of the filesystem holding the runtime's volumes (state, memory database): a runaway agent cannot fill the gateway's disk."),
+    port: z.number().int().min(1024).max(65535).optional().describe("A port published on 127.0.0.1 only (a local UI or API, reached through an ssh tunnel); unset, nothing is published."),
     memoryDb: z
         .strictObject({
-            enabled: z.boolean().default(false),
-            // PostgreSQL 15, like the gateway's pg_restore: the drill cannot read a newer server's dumps.
-            image: image.default("pgvector/pgvector:pg15"),
-            /** Tables the monthly drill requires to have rows in the restored dump (Hermes: peers, messages). */
-            drillTables: z.array(tableName).default([]),
+            enabled: z.boolean().default(false).describe("Run it."),
+            image: image.default("pgvector/pgvector:pg15").describe("Its image: PostgreSQL 17 at most, which the gateway's pg_restore reads."),
+            drillTables: z.array(tableName).default([]).describe("Tables the monthly drill requires to have rows in the restored dump (Hermes: peers, messages)."),
             ...serviceOverrides,
         })
-        .prefault({}),
+        .prefault({}).describe("PostgreSQL (pgvector) for the runtime's memory, on an internal network only; dumped hourly, drilled monthly."),
     ...serviceOverrides,
 });
 
@@ -285,29 +298,21 @@ const githubScope = z
 /** The GitHub App the gateway mints per-task tokens from (`airlock-github-token`). */
 const github = z
     .strictObject({
-        appId: z.number().int().positive(),
-        installationId: z.number().int().positive(),
-        /** The most a task's token may carry; anything more is refused before GitHub is asked. */
+        appId: z.number().int().positive().describe("The GitHub App's id."),
+        installationId: z.number().int().positive().describe("The App's installation on your organisation or account."),
         maxPermissions: z
             .partialRecord(z.enum(GITHUB_REPOSITORY_PERMISSIONS), z.enum(["read", "write"]))
             .refine((p) => Object.keys(p).length > 0, {
                 message: "expected at least one permission, like contents: read",
                 when: (payload) => payload.issues.length === 0,
-            }),
-        /** High-impact scopes (merge, administration, workflows, deploys) this stack allows on purpose. */
-        allowHighImpact: z.array(githubScope).default([]),
-        /** Scopes minted only after an operator approves the task on the gateway (`airlock-github-token --approve`). */
-        approvalRequired: z.array(githubScope).default([]),
-        /** GitHub's REST API (GitHub Enterprise Server: https://HOST/api/v3). */
-        apiUrl: z.url({ protocol: /^https$/ }).default("https://api.github.com"),
-        /**
-         * The repositories a task's token may name (owner/name, or owner/* for all of one owner's); the
-         * minter refuses any other before GitHub is asked. Empty: it mints nothing (and the checklist says so).
-         */
+            }).describe("The most a task's token may carry (a repository permission: read or write); anything more is refused before GitHub is asked."),
+        allowHighImpact: z.array(githubScope).default([]).describe("High-impact scopes (merge, administration, workflows, deploys) this stack allows on purpose, like `contents:write`."),
+        approvalRequired: z.array(githubScope).default([]).describe("Scopes minted only after an operator approves the task on the gateway (`airlock-github-token --approve`)."),
+        apiUrl: z.url({ protocol: /^https$/ }).default("https://api.github.com").describe("GitHub's REST API (GitHub Enterprise Server: https://HOST/api/v3)."),
         repositories: z
             .array(z.string().regex(/^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})\/(?:\*|[A-Za-z0-9._-]{1,100})$/, "expected owner/name or owner/*"))
             .refine((r) => r.every((name) => !/\/\.{1,2}$/.test(name)), { message: "expected owner/name or owner/*" })
-            .default([]),
+            .default([]).describe("The repositories a task's token may name (owner/name, or owner/* for all of one owner's); any other is refused before GitHub is asked. Empty, it mints nothing (and the checklist says so)."),
     })
     .superRefine((g, ctx) => {
         for (const [name, level] of Object.entries(g.maxPermissions)) {
@@ -330,86 +335,87 @@ const github = z
     });
 
 const dns = z.strictObject({
-    /** observe: log every query; allowlist: answer only the listed domains (and their subdomains). */
-    mode: z.enum(["observe", "allowlist"]).default("observe"),
-    upstreams: z.array(z.string().regex(/^(https|tls|quic):\/\/[a-z0-9.-]+(:\d+)?(\/[\w./-]*)?$/, "expected an encrypted upstream like https://dns.quad9.net/dns-query")).min(1).default(["https://dns.quad9.net/dns-query"]),
-    /** Plain resolvers used only to look up the upstreams' own names. */
-    bootstrap: z.array(z.string().regex(/^[0-9a-fA-F:.]+$/)).min(1).default(["9.9.9.9", "149.112.112.112"]),
-    allowlist: z.array(z.string().regex(/^(\*\.)?[a-z0-9-]+(\.[a-z0-9-]+)+$/, "expected a domain like github.com")).default([]),
-    /** Days the query log is kept. */
-    queryLogDays: z.number().int().min(1).max(365).default(90),
+    mode: z.enum(["observe", "allowlist"]).default("observe").describe("`observe` logs every query; `allowlist` answers only the names in `allowlist` (and their subdomains) and drops the agent's other egress."),
+    upstreams: z
+        .array(z.string().regex(/^(https|tls|quic):\/\/[a-z0-9.-]+(:\d+)?(\/[\w./-]*)?$/, "expected an encrypted upstream like https://dns.quad9.net/dns-query"))
+        .min(1)
+        .default(["https://dns.quad9.net/dns-query"]).describe("Encrypted upstreams only (https://, tls://, quic://)."),
+    bootstrap: z
+        .array(z.string().regex(/^[0-9a-fA-F:.]+$/))
+        .min(1)
+        .default(["9.9.9.9", "149.112.112.112"]).describe("Plain resolvers used only to look up the upstreams' own names."),
+    allowlist: z
+        .array(z.string().regex(/^(\*\.)?[a-z0-9-]+(\.[a-z0-9-]+)+$/, "expected a domain like github.com"))
+        .default([]).describe("In allowlist mode, the only names that resolve, and whose addresses the agent may reach on ports 80 and 443."),
+    queryLogDays: z.number().int().min(1).max(365).default(90).describe("Days AdGuard Home keeps its query log."),
 });
 
 export const stackConfigBase = z.strictObject({
-    /** Unique per stack: names every server, firewall, volume, tag and hostname. */
     prefix: z
         .string()
-        .regex(/^[a-z][a-z0-9-]{1,22}[a-z0-9]$/, "expected 3-24 lower-case letters, digits or dashes, starting with a letter"),
-    /** Public half of the break-glass key, used only through Hetzner's rescue system. */
-    breakGlassSshPublicKey: sshPublicKey,
-    gateway: host.extend({
-        /** The human operator's login on the gateway (tailnet only, keys only). */
-        adminUser: z.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/).default("ops"),
-        adminSshKeys: z.array(sshPublicKey).min(1, "expected at least one operator key"),
-        agent: agentRuntime.optional(),
-        github: github.optional(),
-        /** Size of the filesystem holding the resolver's query log, own log and statistics: a DNS flood fills this, never the disk. */
-        resolverLogGb: z.number().int().min(1).max(100).default(4),
-    }),
-    sandbox: host.extend({
-        /** Size of the hcloud Volume mounted at /workspace; it outlives sandbox servers. */
-        workspaceVolumeGb: z.number().int().min(10).max(10240).default(20),
-        /** Pulumi `protect` on the workspace volume. */
-        protectWorkspace: z.boolean().default(true),
-        /** The undo button: read-only btrfs snapshots of the workspace, taken by a root helper. */
-        checkpoints: z
-            .strictObject({
-                /** At most this many checkpoints per workspace; the oldest go first. */
-                keep: z.number().int().min(1).max(500).default(20),
-                /** Checkpoints older than this are removed (the newest of each workspace is always kept). */
-                keepDays: z.number().int().min(1).max(365).default(7),
-                /** Take a checkpoint before a command that matches templates/checkpoints/destructive-commands. */
-                auto: z.boolean().default(true),
-                /** Free-space floor of the volume: below it, the oldest checkpoints are removed first. */
-                minFreePercent: z.number().int().min(1).max(50).default(10),
-            })
-            .prefault({}),
-        /**
-         * `shared`: one container and workspace for every command. `per-session`: the
-         * client's AIRLOCK_SESSION picks a container and workspace of its own (a connection
-         * without it gets a throwaway one). The string is shorthand for `{mode}`.
-         */
-        sessions: z
-            .preprocess(
-                (value) => (typeof value === "string" ? { mode: value } : value),
-                z.strictObject({
-                    mode: z.enum(["shared", "per-session"]).default("shared"),
-                    /** A session unused this long is archived as a checkpoint and its container removed. */
-                    idleMinutes: z.number().int().min(5).max(10080).default(60),
-                    /** Sessions that may exist at once (each is a container with the shell's limits). */
-                    max: z.number().int().min(1).max(64).default(8),
-                }),
-            )
-            .prefault({}),
-    }),
+        .regex(/^[a-z][a-z0-9-]{1,22}[a-z0-9]$/, "expected 3-24 lower-case letters, digits or dashes, starting with a letter").describe("Unique per stack: names every server, firewall, volume, key, tag and hostname (3-24 of a-z, 0-9 and -, starting with a letter)."),
+    breakGlassSshPublicKey: sshPublicKey.describe(
+        "Public half of the break-glass key, usable only through Hetzner's rescue system (root login is off). Hetzner holds one key per fingerprint in a project: when the project already has this key, the stack uses it and creates none. A server reads its keys once, at creation, so a later change never replaces it.",
+    ),
+    gateway: host
+        .extend({
+            adminUser: z.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/).default("ops").describe("The operator's login on the gateway (tailnet only, keys only); not the agent's user."),
+            adminSshKeys: z.array(sshPublicKey).min(1, "expected at least one operator key").describe("The operator's ssh public keys."),
+            agent: agentRuntime.optional().describe("The agent runtime (Hermes Agent) on the gateway, one hardened service of its compose (docs/agent-runtime.md); unset, no runtime."),
+            github: github.optional().describe("Per-task GitHub tokens from a GitHub App (`airlock-github-token`); needs `agent`, whose secret `GITHUB_APP_PRIVATE_KEY` is the App's key."),
+            resolverLogGb: z
+                .number()
+                .int()
+                .min(1)
+                .max(100)
+                .default(4).describe("Size of the fixed-size filesystem holding AdGuard Home's query log, own log and statistics: a DNS flood fills it, never the gateway's disk. It grows with the setting, never shrinks."),
+        })
+        .describe("The gateway host: the agent's runtime, the sandbox's resolver, the backups and the record's copy."),
+    sandbox: host
+        .extend({
+            workspaceVolumeGb: z
+                .number()
+                .int()
+                .min(10)
+                .max(10240)
+                .default(20).describe("Size of the hcloud Volume holding /workspace (btrfs, formatted on first use); it outlives sandbox servers."),
+            protectWorkspace: z.boolean().default(true).describe("Pulumi `protect` and Hetzner's delete protection on the workspace volume."),
+            checkpoints: z
+                .strictObject({
+                    keep: z.number().int().min(1).max(500).default(20).describe("Newest checkpoints kept per workspace; the first of each of the last 24 hours and of each day are kept besides."),
+                    keepDays: z.number().int().min(1).max(365).default(7).describe("Days a checkpoint is kept (a workspace's newest always stays)."),
+                    auto: z.boolean().default(true).describe("Take a checkpoint before a destructive command (templates/checkpoints/destructive-commands)."),
+                    minFreePercent: z
+                        .number()
+                        .int()
+                        .min(1)
+                        .max(50)
+                        .default(10).describe("The volume's free-space floor, in %: a btrfs quota stops the agent's writes above it, and below it the oldest checkpoints go first (never a workspace's newest, nor the first of an hour or a day)."),
+                })
+                .prefault({}).describe("The undo button: read-only btrfs snapshots of each workspace, taken by a root helper (docs/checkpoints.md)."),
+            sessions: z
+                .preprocess(
+                    (value) => (typeof value === "string" ? { mode: value } : value),
+                    z.strictObject({
+                        mode: z.enum(["shared", "per-session"]).default("shared").describe("`shared`: one container and workspace for every command. `per-session`: the client's AIRLOCK_SESSION picks a container and workspace of its own (a connection without it gets a throwaway one)."),
+                        idleMinutes: z.number().int().min(5).max(10080).default(60).describe("A session unused this long is archived as a checkpoint and its container removed."),
+                        max: z.number().int().min(1).max(64).default(8).describe("Sessions that may exist at once (each a container with the shell's limits)."),
+                    }),
+                )
+                .prefault({}).describe("How commands share containers and workspaces; the string `shared` or `per-session` is shorthand for `{mode}`."),
+        })
+        .describe("The sandbox host, where every command runs."),
     tailnet: z
         .strictObject({
-            /**
-             * `tailscale.Acl` replaces the tailnet's WHOLE policy file. Turn this on only
-             * for a tailnet dedicated to airlock; when off, the policy snippet is rendered
-             * for the operator to merge.
-             */
-            manageAcl: z.boolean(),
-            gatewayTag: tailscaleTag.optional(),
-            sandboxTag: tailscaleTag.optional(),
-            /** Who may apply the tags (tagOwners). */
-            tagOwners: z.array(z.string().min(1)).min(1).default(["autogroup:admin"]),
-            /**
-             * Who may reach the gateway's sshd (the operator login): tailnet users by
-             * login name, a role autogroup, or a tag. Nothing else of the gateway, and
-             * nothing of the sandbox. A group would need the policy's groups section,
-             * which airlock does not write.
-             */
+            manageAcl: z
+                .boolean()
+                .describe(
+                    "`true` only for a tailnet dedicated to airlock: `tailscale.Acl` replaces the WHOLE policy file. `false`: merge `out/<stack>/tailnet/policy.hujson` into your policy (`airlock doctor` checks it).",
+                ),
+            gatewayTag: tailscaleTag.optional().describe("The gateway's tag; unset, `tag:<prefix>-gateway`."),
+            sandboxTag: tailscaleTag.optional().describe("The sandbox's tag; unset, `tag:<prefix>-sandbox`."),
+            tagOwners: z.array(z.string().min(1)).min(1).default(["autogroup:admin"]).describe("Who may apply the hosts' tags (the policy's tagOwners)."),
+            // A group would need the policy's groups section, which airlock does not write.
             operators: z
                 .array(
                     z
@@ -420,59 +426,64 @@ export const stackConfigBase = z.strictObject({
                         ),
                 )
                 .min(1)
-                .default(["autogroup:admin"]),
-            /** Lifetime of the single-use join keys, in seconds (5 min to 1 day). */
-            keyExpirySeconds: z.number().int().min(300).max(86400).default(3600),
-        }),
+                .default(["autogroup:admin"])
+                .describe(
+                    "Who may reach the gateway's sshd (the operator login, for `airlock secrets push` and the backups' set-up): tailnet logins (alice@example.com), role autogroups or tags; nothing else of the gateway and nothing of the sandbox. The policy's `tests` assert it for each login and tag; an operator tag gets `tagOwners` like the hosts' tags, and a host's tag is refused.",
+                ),
+            keyExpirySeconds: z.number().int().min(300).max(86400).default(3600).describe("Lifetime of the single-use join keys, in seconds (5 minutes to a day)."),
+        })
+        .describe("The private network the hosts join (Tailscale)."),
     agent: z
         .strictObject({
-            user: z.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/).default(DEFAULT_AGENT_USER),
-        /** Fixed, so the egress rules can match the agent's (and its rootless containers') traffic by uid. */
-        uid: z.number().int().min(1000).max(59999).default(1500),
-            /** The only variables a client may send (SendEnv/AcceptEnv) and the wrapper passes on. */
+            user: z.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/).default(DEFAULT_AGENT_USER).describe("The sandbox user every command runs as."),
+            uid: z.number().int().min(1000).max(59999).default(1500).describe("The agent's fixed uid: the egress rules match it (and its rootless containers)."),
             envAllowlist: z
                 .array(envName)
                 .min(1)
                 .default(["GITHUB_TOKEN"])
-                .refine((names) => new Set(names).size === names.length, "expected each name once"),
-            /** Public keys allowed to run commands as the agent on the sandbox (the gateway agent's key). */
-            authorizedKeys: z.array(sshPublicKey).default([]),
+                .refine((names) => new Set(names).size === names.length, "expected each name once")
+                .describe(
+                    "The only variables a client may send: `SendEnv` on the gateway, `AcceptEnv` on the sandbox, and what the wrapper passes into the container. Exact upper-case names, no wildcards; `LD_*`, `PATH`, `BASH_ENV`, `ENV`, `SSH_*`, `DOCKER_*` and the like are refused.",
+                ),
+            authorizedKeys: z
+                .array(sshPublicKey)
+                .default([]).describe("Keys allowed to run commands as the agent (the gateway agent's key, printed on its first boot); installed with `restrict`."),
         })
-        .prefault({}),
-    workloads,
-    dns: dns.prefault({}),
+        .prefault({}).describe("The agent's user on the sandbox."),
+    workloads: workloads.describe("The containers on both hosts (docs/workloads.md)."),
+    dns: dns.prefault({}).describe("AdGuard Home on the gateway, the sandbox's only resolver (docs/workloads.md)."),
     backup: z
         .strictObject({
-            /** Days B2 keeps hidden (superseded) versions before lifecycle rules purge them. */
-            retentionDays: z.number().int().min(1).max(3650).default(30),
-            /** Object Lock default retention (days) on the buckets; fixed at creation. */
-            objectLockDays: z.number().int().min(1).max(3650).optional(),
-            /** Create an operator-only prune key (deleteFiles) per bucket, as a secret stack output. */
-            pruneKey: z.boolean().default(false),
-            /** Pinged after every successful backup (healthchecks.io-style). */
-            heartbeatUrl: z.url({ protocol: /^https$/ }).optional(),
-            /** Receives a JSON POST when a backup, check or drill unit fails. */
-            alertWebhookUrl: z.url({ protocol: /^https$/ }).optional(),
-            /** Tables the monthly restore drill requires to have rows (schema.table or table). */
-            drillTables: z.array(tableName).default([]),
+            retentionDays: z.number().int().min(1).max(3650).default(30).describe("Days B2 keeps hidden (superseded) versions before its lifecycle rule purges them."),
+            objectLockDays: z
+                .number()
+                .int()
+                .min(1)
+                .max(3650)
+                .optional().describe("Object Lock default retention on the buckets, in days (compliance mode, fixed at creation); not with `deleteDataOnDestroy`."),
+            pruneKey: z.boolean().default(false).describe("Also create an operator-only prune key (deleteFiles) per bucket, as the secret stack output `pruneKeys`."),
+            heartbeatUrl: z.url({ protocol: /^https$/ }).optional().describe("Pinged (https) after every successful backup, healthchecks.io-style."),
+            alertWebhookUrl: z.url({ protocol: /^https$/ }).optional().describe("Receives a JSON POST (https) when a backup, check or drill unit fails (`OnFailure=`)."),
+            drillTables: z.array(tableName).default([]).describe("Tables the monthly restore drill requires to have rows (table or schema.table)."),
         })
-        .prefault({}),
-    /** What both hosts boot from. */
+        .prefault({}).describe("restic backups to Backblaze B2 (docs/backups.md)."),
     hosts: z
         .strictObject({
-            /**
-             * Where the hosts download the host code bundle (https, the folder that holds
-             * airlock-bundle-<sha256>.json, which the plan writes to out/<stack>/bundle/): the
-             * operator's mirror. Unset, the stack uploads it to a public-read B2 bucket of its own.
-             */
             bundleUrl: z
                 .url({ protocol: /^https$/ })
                 .regex(/^https:\/\/[A-Za-z0-9.-]+(:\d+)?(\/[A-Za-z0-9._~%+=-]+)*\/?$/, "expected a plain https URL of a folder, like https://mirror.example.com/airlock")
-                .optional(),
+                .optional()
+                .describe(
+                    "Your mirror (https) of the folder holding the host code bundle, `airlock-bundle-<sha256>.json`, which the plan writes to `out/<stack>/bundle/`. Unset, the stack uploads it to a public-read B2 bucket of its own.",
+                ),
         })
-        .prefault({}),
-    /** `pulumi destroy` keeps the backup buckets and the workspace volume unless this is true (set it and `up` first). */
-    deleteDataOnDestroy: z.boolean().default(false),
+        .prefault({}).describe("What both hosts boot from."),
+    deleteDataOnDestroy: z
+        .boolean()
+        .default(false)
+        .describe(
+            "`pulumi destroy` keeps the backup buckets and the workspace volume (and what they cost) unless this is true: set it and `pulumi up` before `pulumi destroy`. The B2 keys are always revoked (docs/day-two.md).",
+        ),
 });
 
 /** The stack's top-level keys (`airlock:<key>`), as Pulumi.yaml declares them. */
