@@ -305,7 +305,7 @@ const MANUAL: ManualItem[] = [
         section: "recovery",
         id: "backup-credentials-delivered",
         title: "The gateway holds its backup credentials, each repository is initialised once and its id pinned (password and id kept elsewhere too)",
-        instruction: "Deliver /etc/airlock/backup/{gateway,sandbox}.env and run `sudo airlock-backup-init gateway` and `... sandbox` as in the README (\"Backups\"); keep each restic password and repository id in your password manager.",
+        instruction: "Deliver /etc/airlock/backup/{gateway,sandbox}.env and run `sudo airlock-backup-init gateway` and `... sandbox` as docs/backups.md shows; keep each restic password and repository id in your password manager.",
     },
     {
         section: "recovery",

@@ -7,7 +7,8 @@ import { AUDIT_CONFIG_PATH, SANDBOX_WRAPPER_PATH } from "../components/render/ho
 import { AUDIT_PROGRAM } from "../cli/audit";
 import { installBrokerFiles, startBroker, talk, TestBroker } from "./helpers/broker";
 import { airlock } from "./helpers/cli";
-import { readmeSample, renderHosts, renderedFile, REPO, stackFile, tempDir } from "./helpers/stacks";
+import { renderHosts, renderedFile, REPO, stackFile, tempDir } from "./helpers/stacks";
+import { docTranscript } from "./helpers/docs";
 import { run, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -410,11 +411,11 @@ describe.runIf(toolsAvailable("airlock-audit", ["socat", "systemd-socket-activat
         expect(cli(["audit", "verify", "--from", path.join(broken, "nope")]).status).toBe(2);
     });
 
-    it("the README's samples are what the CLI prints", () => {
+    it("the docs' samples are what the CLI prints", () => {
         const show = "airlock audit show --from test/fixtures/record --querylog test/fixtures/record/querylog.json";
-        expect(cli(show.split(" ").slice(1)).stdout).toBe(readmeSample(show));
+        expect(cli(show.split(" ").slice(1)).stdout).toBe(docTranscript(show));
         const verify = "airlock audit verify --from test/fixtures/record";
-        expect(cli(verify.split(" ").slice(1)).stdout).toBe(readmeSample(verify));
+        expect(cli(verify.split(" ").slice(1)).stdout).toBe(docTranscript(verify));
     });
 
     it("the gateway renders airlock-audit, its settings, and a pull timer with an alert on failure", () => {

@@ -104,14 +104,14 @@ describe("the host code bundle", () => {
                 expect([...sent].length, `${name} ${role}`).toBeLessThanOrEqual(atMost(name, role));
             }
         }
-        // The README's numbers are the plan's, to the nearest hundred: the bundle's sha256 is in the
+        // docs/deploy.md's numbers are the plan's, to the nearest hundred: the bundle's sha256 is in the
         // document, and each new bundle moves its gzip by a few characters either way.
-        const readme = fs.readFileSync(path.join(REPO, "README.md"), "utf8").replace(/\s+/g, " ");
+        const readme = fs.readFileSync(path.join(REPO, "docs/deploy.md"), "utf8").replace(/\s+/g, " ");
         const said = /come to about ([\d,]+) \(dev gateway\), ([\d,]+) \(dev sandbox\), ([\d,]+) and ([\d,]+) \(prod\) characters at most/.exec(readme);
-        expect(said, "README's Deploy for real should say: come to about N (dev gateway), N (dev sandbox), N and N (prod) characters at most").not.toBeNull();
+        expect(said, "docs/deploy.md should say: come to about N (dev gateway), N (dev sandbox), N and N (prod) characters at most").not.toBeNull();
         const measured = [atMost("dev", "gateway"), atMost("dev", "sandbox"), atMost("prod", "gateway"), atMost("prod", "sandbox")];
         const rounded = measured.map((n) => (Math.round(n / 100) * 100).toLocaleString("en")).join(", ");
-        for (const [i, n] of measured.entries()) expect(Math.abs(Number(said![i + 1].replace(/,/g, "")) - n), `README's numbers should be about ${rounded}; the plan says ${measured.join(", ")}`).toBeLessThanOrEqual(100);
+        for (const [i, n] of measured.entries()) expect(Math.abs(Number(said![i + 1].replace(/,/g, "")) - n), `docs/deploy.md's numbers should be about ${rounded}; the plan says ${measured.join(", ")}`).toBeLessThanOrEqual(100);
     });
 
     it("with the files user_data names, installs exactly what the hosts render (the plan writes them out)", () => {

@@ -207,10 +207,10 @@ describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "sys
 
     it("when the checkpoint cannot be taken the command still runs, with a warning", async () => {
         const { invoke, dockerArgs, dir } = await installWrapper();
-        fs.writeFileSync(path.join(dir, "fail"), "checkpoints are off: the workspace volume holds ext4, not btrfs (README: Checkpoints)");
+        fs.writeFileSync(path.join(dir, "fail"), "checkpoints are off: the workspace volume holds ext4, not btrfs (docs/checkpoints.md)");
         const result = invoke("rm -rf build");
         expect(result.status).toBe(0);
-        expect(result.stderr).toBe("airlock: no automatic checkpoint: checkpoints are off: the workspace volume holds ext4, not btrfs (README: Checkpoints); running the command anyway\n");
+        expect(result.stderr).toBe("airlock: no automatic checkpoint: checkpoints are off: the workspace volume holds ext4, not btrfs (docs/checkpoints.md); running the command anyway\n");
         expect(dockerArgs()?.at(-1)).toBe("rm -rf build");
     });
 

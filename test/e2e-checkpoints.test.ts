@@ -184,7 +184,7 @@ describe.runIf(canRun)("checkpoints on a real btrfs volume", () => {
             expect(fs.readFileSync(path.join(dirs.link, "app", "main.py"), "utf8")).toBe("print('kept')\n");
             const off = run(engine, ["create", "shared"], { env: { PATH: "/usr/bin:/bin", AIRLOCK_CHECKPOINTS_CONFIG: withPaths(dirs) } });
             expect(off.status).toBe(2);
-            expect(off.stderr.trim()).toBe("airlock: checkpoints are off: the workspace volume holds ext4, not btrfs (README: Checkpoints)");
+            expect(off.stderr.trim()).toBe("airlock: checkpoints are off: the workspace volume holds ext4, not btrfs (docs/checkpoints.md)");
 
             // The documented migration: unmount, btrfs-convert, mount again.
             unmountUnder(base);

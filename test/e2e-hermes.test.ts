@@ -9,7 +9,7 @@ import { AGENT_MEMORY_DB_SERVICE, AGENT_SERVICE, GATEWAY_AGENT_PATHS } from "../
 import { installStubEngine, recordEntries, TestBroker } from "./helpers/broker";
 import { startDockerd, TestDocker } from "./helpers/dockerd";
 import { HERMES_VERSION, loadHermesImage, movedHostPaths } from "./helpers/hermes";
-import { readmeSample } from "./helpers/readme";
+import { docSample } from "./helpers/docs";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
 import { enforceEgress, installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
 import { editedStack, REPO, renderedFile, renderHosts, sandboxSshConfigAt, tempDir } from "./helpers/stacks";
@@ -338,7 +338,7 @@ describe.runIf(canRun)(`Hermes Agent ${HERMES_VERSION} as the gateway runs it`, 
             expect(refused.stderr.trim().split("\n")).toHaveLength(1);
             expect(refused.stderr).toMatch(/^airlock-hermes-preflight: refusing to start the agent runtime: /);
             // The README's sample.
-            if (change(original).includes("backend: local")) expect(refused.stderr).toBe(readmeSample("hermes-preflight-refusal"));
+            if (change(original).includes("backend: local")) expect(refused.stderr).toBe(docSample("hermes-preflight-refusal"));
         } finally {
             fs.writeFileSync(managedFile(file), original);
             userState("terminal section");

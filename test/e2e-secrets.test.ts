@@ -12,7 +12,7 @@ import { importTestImage, startDockerd, TestDocker } from "./helpers/dockerd";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
 import { newHostKey } from "./helpers/sshdRig";
 import { AIRLOCK_BIN } from "./helpers/cli";
-import { readmeSample } from "./helpers/readme";
+import { docSample } from "./helpers/docs";
 import { editedStack, renderedFile, renderHosts, sandboxSshConfigAt, tempDir } from "./helpers/stacks";
 import { freeUid, installFiles, isRoot, run, TEST_TAILNET_DOMAIN, toolsAvailable, withTailnetValues } from "./helpers/tools";
 import { hostSshd } from "./helpers/hostTools";
@@ -204,7 +204,7 @@ describe.runIf(canRun)("airlock secrets push to the gateway over ssh", () => {
         const result = airlock(["secrets", "push", "--stack", "dev", "--stdin", "--ssh-config", sshConfig], JSON.stringify(first));
         expect(result.stderr).toBe("");
         // The README's sample.
-        expect(result.stdout).toBe(readmeSample("secrets-push"));
+        expect(result.stdout).toBe(docSample("secrets-push"));
         expect(result.stdout).toBe("delivered to airlock-dev-gateway: ANTHROPIC_API_KEY, GITHUB_APP_PRIVATE_KEY, SLACK_BOT_TOKEN\nruntime restarted\n");
         expect(result.status).toBe(0);
         const file = fs.statSync(path.join(root, GATEWAY_AGENT_PATHS.secrets));

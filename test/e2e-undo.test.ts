@@ -10,7 +10,8 @@ import { BROKER_SOCKET_PATH, RenderedHost, SANDBOX_WRAPPER_PATH, SSHD_TEMPLATE_P
 import { checkpointClient, recordEntries, talk, TestBroker } from "./helpers/broker";
 import { CheckpointRig, startCheckpointRig } from "./helpers/checkpointRig";
 import { createTestNet, inNamespace, spawnInNamespace, TestNet, waitForPort } from "./helpers/netns";
-import { editedStack, readmeSample, renderHosts, renderedFile, sandboxSshConfigAt, tempDir } from "./helpers/stacks";
+import { editedStack, renderHosts, renderedFile, sandboxSshConfigAt, tempDir } from "./helpers/stacks";
+import { docTranscript } from "./helpers/docs";
 import { agentSshArgs, enforceEgress, installSandboxSshd, pinnedKnownHosts, startSandboxBroker } from "./helpers/sshdRig";
 import { freeUid, isRoot, run, toolsAvailable } from "./helpers/tools";
 import { hostSshd } from "./helpers/hostTools";
@@ -154,13 +155,13 @@ describe.runIf(canRun)("the undo button through ssh", () => {
         };
         beforeAll(() => useMode("shared"));
 
-        /** Runs a command the README shows as `$ ssh sandbox '...'`; what it prints must be the README's sample (times aside). */
+        /** Runs a command the docs show as `$ ssh sandbox '...'`; what it prints must be the docs' sample (times aside). */
         function asInReadme(shown: string, stream: "stdout" | "stderr" = "stdout") {
             const command = /^ssh sandbox '(.*)'$/.exec(shown)![1];
             const result = ssh(command);
             const times = (text: string) => text.replace(/\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\dZ?/g, "<time>");
             if (process.env.AIRLOCK_PRINT_SAMPLES) console.log(`$ ${shown}\n${result[stream]}`);
-            expect(times(result[stream])).toBe(times(readmeSample(shown)));
+            expect(times(result[stream])).toBe(times(docTranscript(shown)));
             return result;
         }
 

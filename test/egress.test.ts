@@ -8,7 +8,8 @@ import { mergeEvidence, Query, readQueryLog, UNDECODABLE } from "../cli/querylog
 import { readStackFile } from "../components/config/load";
 import { renderAdguardConfig } from "../components/workloads/compose";
 import { airlock } from "./helpers/cli";
-import { readmeSample, REPO, tempDir } from "./helpers/stacks";
+import { REPO, tempDir } from "./helpers/stacks";
+import { docTranscript } from "./helpers/docs";
 import { run, toolsAvailable } from "./helpers/tools";
 
 /** From the resolver's query log to a reviewed allowlist change: grouped, counted, exfiltration flagged, a diff that applies and gates clean. */
@@ -233,13 +234,13 @@ describe("airlock egress propose", () => {
         }
     }, 120_000);
 
-    it("the README's sample is what the CLI prints", () => {
+    it("the docs' sample is what the CLI prints", () => {
         const command = "airlock egress propose --stack dev --from test/fixtures/adguard/querylog.agent.json --client 100.100.7.1";
         const dir = checkout();
         fs.mkdirSync(path.join(dir, "test/fixtures/adguard"), { recursive: true });
         fs.copyFileSync(AGENT_LOG, path.join(dir, "test/fixtures/adguard/querylog.agent.json"));
         const result = airlock(command.split(" ").slice(1), { cwd: dir });
-        expect(result.stdout).toBe(readmeSample(command));
+        expect(result.stdout).toBe(docTranscript(command));
         expect(fs.existsSync(path.join(dir, "out/dev/dns-allowlist.diff"))).toBe(true);
     }, 60_000);
 

@@ -11,7 +11,7 @@ import { ConfigError, configFromPulumiRuntime, readStackFile } from "../componen
 import { COMPOSE_TEMPLATE_PATH, RenderedHost } from "../components/render/hosts";
 import { AGENT_STATE_MOUNT, GATEWAY_AGENT_PATHS, RUNTIME_PATH, RUNTIME_SSH_FOLDER, RUNTIME_SSH_KEY } from "../components/workloads/compose";
 import { HERMES_RUNTIME } from "../policies/contract";
-import { readmeSample } from "./helpers/readme";
+import { docSample } from "./helpers/docs";
 import { deployedValues, editedStack, renderedFile, renderHosts, tempDir } from "./helpers/stacks";
 
 /**
@@ -187,7 +187,7 @@ describe("the runtime in the gateway's compose", () => {
         // Hermes's own .env in its state volume is airlock's file, read-only.
         expect(services.agent.volumes).toContain(`${GATEWAY_AGENT_PATHS.hermesUserEnv}:/opt/data/.env:ro`);
         // The README shows the file as rendered for dev.
-        expect(readmeSample("hermes-config")).toBe(renderedFile(gatewayOf(() => {}), GATEWAY_AGENT_PATHS.hermesConfig));
+        expect(docSample("hermes-config")).toBe(renderedFile(gatewayOf(() => {}), GATEWAY_AGENT_PATHS.hermesConfig));
         // Every start goes through the preflight, whatever the stack runs.
         expect(services.agent.command).toEqual([GATEWAY_AGENT_PATHS.hermesPreflight, "hermes", "gateway", "run"]);
         expect(composeOf(gatewayOf(withRuntime((c) => (c["airlock:gateway"].agent.command = ["hermes", "serve"])))).services.agent.command).toEqual([GATEWAY_AGENT_PATHS.hermesPreflight, "hermes", "serve"]);

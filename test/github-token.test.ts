@@ -7,7 +7,8 @@ import { readStackFile } from "../components/config/load";
 import { GITHUB_STATE_DIR } from "../components/render/hosts";
 import { GATEWAY_AGENT_PATHS } from "../components/workloads/compose";
 import { FakeGitHub, startFakeGitHub } from "./helpers/fakeGitHub";
-import { editedStack, REPO, renderedFile, renderHosts, tempDir } from "./helpers/stacks";
+import { docShBlock } from "./helpers/docs";
+import { editedStack, renderedFile, renderHosts, tempDir } from "./helpers/stacks";
 import { hasCommand, toolsAvailable } from "./helpers/tools";
 
 /**
@@ -43,16 +44,9 @@ function runTool(args: string[], input = "", env: NodeJS.ProcessEnv = process.en
     });
 }
 
-/** The README's sh code block that starts with `start`. */
-function readmeBlock(start: string): string {
-    const readme = fs.readFileSync(path.join(REPO, "README.md"), "utf8");
-    const block = [...readme.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]).find((b) => b.startsWith(start));
-    if (!block) throw new Error(`README.md has no sh block starting with ${start}`);
-    return block;
-}
 
-/** The README's approval command, without its sudo. */
-const readmeApproval = () => readmeBlock("sudo airlock-github-token --approve").trim().split(/\s+/).slice(2);
+/** The docs' approval command, without its sudo. */
+const readmeApproval = () => docShBlock("sudo airlock-github-token --approve").trim().split(/\s+/).slice(2);
 
 const pem = (key: KeyObject) => key.export({ type: "pkcs1", format: "pem" }).toString();
 
@@ -273,7 +267,7 @@ describe.runIf(canRun)("airlock-github-token against a fake GitHub", () => {
             // Reading does not need the approval that writing does.
             expect((await ask(["acme/app"], { contents: "read" })).reply.ok).toBe(true);
 
-            // The README's approval command (as root there, through sudo).
+            // The docs' approval command (as root there, through sudo).
             const approved = await runTool([tool, ...readmeApproval()]);
             expect(approved.stdout).toBe("approved once, for 30m: acme/app contents:write\n");
             expect((await runTool([tool, "--approve", "--repo", "acme/app", "--permissions", "pull_requests:write"])).stderr).toBe(
@@ -330,7 +324,7 @@ describe.runIf(canRun)("airlock-github-token against a fake GitHub", () => {
             expect(github.tokens.get(ran.stdout.trim())).toEqual({ active: true });
         });
 
-        it("the README's per-command example: the token reaches ssh's environment, never its command line", async () => {
+        it("the docs' per-command example: the token reaches ssh's environment, never its command line", async () => {
             const bin = path.join(dir, "readme-bin");
             fs.mkdirSync(bin, { recursive: true });
             fs.copyFileSync(tool, path.join(bin, "airlock-github-token"));
@@ -340,7 +334,7 @@ describe.runIf(canRun)("airlock-github-token against a fake GitHub", () => {
             // --norc: bash with a socket for stdin (Node's pipes are socketpairs) at shell level 1
             // reads /etc/bash.bashrc as if sshd had started it, and Debian's fails under -u (seen
             // when the suite ran without SHLVL in its environment).
-            const ran = await runTool(["bash", "--norc", "-euo", "pipefail", "-c", readmeBlock("GITHUB_TOKEN=\"$(airlock-github-token")], "", {
+            const ran = await runTool(["bash", "--norc", "-euo", "pipefail", "-c", docShBlock("GITHUB_TOKEN=\"$(airlock-github-token")], "", {
                 ...process.env,
                 PATH: `${bin}:${process.env.PATH}`,
                 AIRLOCK_GITHUB_TOKEN_SOCKET: socketPath,

@@ -4,8 +4,8 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
 import { airlock as airlockBin } from "./helpers/cli";
-import { readmeSample } from "./helpers/readme";
-import { editedStack, REPO, tempDir } from "./helpers/stacks";
+import { docSample, docsText } from "./helpers/docs";
+import { editedStack, tempDir } from "./helpers/stacks";
 
 /**
  * `airlock secrets push|status` on the operator's side, with stand-ins for the two
@@ -117,8 +117,7 @@ describe("airlock secrets push", () => {
     });
 
     it("the README's CI line: jq builds the object from the environment, the values reach ssh's stdin only", () => {
-        const readme = fs.readFileSync(path.join(REPO, "README.md"), "utf8");
-        const line = /^jq -n .*--stdin$/m.exec(readme)?.[0];
+        const line = /^jq -n .*--stdin$/m.exec(docsText())?.[0];
         expect(line).toBeDefined();
         const pipe = line!.lastIndexOf(" | ");
         const [jq, cli] = [line!.slice(0, pipe), line!.slice(pipe + 3)];
@@ -176,7 +175,7 @@ describe("airlock secrets status", () => {
         const fake = fakeBin({ ssh: JSON.stringify(answer) });
         const result = airlock(["--stacks-dir", stacks, "secrets", "status", "--stack", "dev"], fake.bin);
         // The README's sample (its first line is the command).
-        const [command, ...sample] = readmeSample("secrets-status").split("\n");
+        const [command, ...sample] = docSample("secrets-status").split("\n");
         expect(command).toBe("$ npm run -s airlock -- secrets status --stack dev");
         expect(result.stdout).toBe(sample.join("\n"));
         expect(result.stdout).toContain("  OLD_TOKEN          undeclared: on the gateway, not in the stack (a push removes it)\n");

@@ -252,7 +252,7 @@ function twinSection(twin: TwinFigures | undefined): string[] {
     const s = (seconds: number | undefined) => (seconds === undefined ? "not measured" : seconds >= 120 ? `${(seconds / 60).toFixed(1)} min` : `${seconds.toFixed(1)} s`);
     return [
         ...lines,
-        `**These are the twin's figures, not Hetzner's**: both hosts are QEMU guests under TCG (no usable KVM on this machine), 2 GiB each, on 2 cores shared with other work (load average ${twin.loadAverage.toFixed(1)}). Measured ${twin.measured} by \`test/e2e-twin.test.ts\` (not \`npm run bench\`); each host boots an image with its user_data's packages installed (README: the twin), runs cloud-init's every module, pulls the images from the twin's registry and runs every unit.`,
+        `**These are the twin's figures, not Hetzner's**: both hosts are QEMU guests under TCG (no usable KVM on this machine), 2 GiB each, on 2 cores shared with other work (load average ${twin.loadAverage.toFixed(1)}). Measured ${twin.measured} by \`test/e2e-twin.test.ts\` (not \`npm run bench\`); each host boots an image with its user_data's packages installed (docs/twin.md), runs cloud-init's every module, pulls the images from the twin's registry and runs every unit.`,
         "",
         "| measure | time |",
         "|---|---:|",

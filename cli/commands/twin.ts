@@ -14,7 +14,7 @@ interface Options {
 /**
  * `airlock twin up|status|exec|agent|operator|replace|firewall|down --stack S`: the stack's
  * gateway and sandbox as local QEMU guests booted from their rendered cloud-init
- * (see ../../twin/twin.ts and the README's "The twin").
+ * (see ../../twin/twin.ts and docs/twin.md).
  */
 export function define(command: Command, cli: Cli) {
     command

@@ -52,7 +52,7 @@ b2_account_key=""
 load_credentials() {
 	repository_name="$1"
 	local file="${ENV_DIR}/$1.env" line key n=0
-	[[ -r "$file" ]] || fail "${file} is missing: deliver the credentials (README, \"Backups\")"
+	[[ -r "$file" ]] || fail "${file} is missing: deliver the credentials (docs/backups.md)"
 	while IFS= read -r line || [[ -n "$line" ]]; do
 		n=$((n + 1))
 		[[ -z "$line" || "$line" == \#* ]] && continue
@@ -129,9 +129,9 @@ verify_repository() {
 	actual="$(repository_id)" || status=$?
 	case $status in
 	0) ;;
-	10) fail "there is no ${repository_name} repository at ${repository_url} (pinned id ${pinned:0:8}): its files may have been hidden; it is never re-initialised (README, \"Backups\")" ;;
+	10) fail "there is no ${repository_name} repository at ${repository_url} (pinned id ${pinned:0:8}): its files may have been hidden; it is never re-initialised (docs/backups.md)" ;;
 	12) fail "the ${repository_name} repository at ${repository_url} does not open with the RESTIC_PASSWORD of its credentials file (pinned id ${pinned:0:8})" ;;
-	*) fail "the ${repository_name} repository at ${repository_url} cannot be read (restic exit ${status}, pinned id ${pinned:0:8}); it is never re-initialised (README, \"Backups\")" ;;
+	*) fail "the ${repository_name} repository at ${repository_url} cannot be read (restic exit ${status}, pinned id ${pinned:0:8}); it is never re-initialised (docs/backups.md)" ;;
 	esac
 	[[ "$actual" == "$pinned" ]] ||
 		fail "the ${repository_name} repository id ${actual:0:8} is not the pinned ${pinned:0:8}: the repository was replaced or re-initialised"

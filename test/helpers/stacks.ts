@@ -113,15 +113,3 @@ export function sandboxSshConfigAt(gateway: RenderedHost, address: string): stri
     return renderedFile(gateway, SANDBOX_SSH_CONFIG_TEMPLATE).replaceAll("@SANDBOX_ADDRESS@", address);
 }
 
-/**
- * What the README shows after `$ <command>` in a fenced block, up to the next `$ `
- * line or the end of the block: README samples are produced by the tests.
- */
-export function readmeSample(command: string): string {
-    const readme = fs.readFileSync(path.join(REPO, "README.md"), "utf8");
-    const start = readme.indexOf(`$ ${command}\n`);
-    if (start < 0) throw new Error(`README.md shows no \`$ ${command}\``);
-    const rest = readme.slice(start + command.length + 3);
-    const end = rest.search(/^(\$ |```)/m);
-    return rest.slice(0, end);
-}

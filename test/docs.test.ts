@@ -1,40 +1,73 @@
 import { execFileSync, spawnSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
+import GithubSlugger from "github-slugger";
 import * as YAML from "yaml";
 import { describe, expect, it } from "vitest";
 import { AIRLOCK_BIN } from "./helpers/cli";
 import { readStackFile } from "../components/config/load";
+import { docFiles, readDoc } from "./helpers/docs";
 import { editedStack, REPO, STACKS_DIR, tempDir } from "./helpers/stacks";
 
 /**
- * The README's doc test: every airlock command in it is run, every sample output
- * is what the command prints, so the README cannot drift. A code block is either a
- * shell block (each airlock command in it runs; other tools are listed below as
- * external), or carries a `<!-- doc-test: NAME -->` marker naming how it is checked.
+ * The docs' test: README.md, every page of docs/ and the CHANGELOG. Every airlock
+ * command in them is run, every sample output is what the command prints, every link
+ * and anchor leads somewhere, and every page is reachable from the README, so the
+ * docs cannot drift. A code block is either a shell block (each airlock command in it
+ * runs; other tools are listed below as external), or carries a
+ * `<!-- doc-test: NAME -->` marker naming how it is checked.
  */
 
 interface Block {
+    file: string;
     lang: string;
     text: string;
     line: number;
     marker?: string;
 }
 
-const README = fs.readFileSync(path.join(REPO, "README.md"), "utf8");
+const FILES = docFiles();
 
-function blocks(): Block[] {
+function blocksOf(file: string): Block[] {
     const out: Block[] = [];
-    const lines = README.split("\n");
+    const lines = readDoc(file).split("\n");
     for (let i = 0; i < lines.length; i++) {
         const open = /^```(\S*)$/.exec(lines[i]);
         if (!open) continue;
         const end = lines.indexOf("```", i + 1);
         const marker = /^<!-- doc-test: ([\w-]+) -->$/.exec(lines[i - 1] ?? "")?.[1];
-        out.push({ lang: open[1], text: lines.slice(i + 1, end).join("\n"), line: i + 1, marker });
+        out.push({ file, lang: open[1], text: lines.slice(i + 1, end).join("\n"), line: i + 1, marker });
         i = end;
     }
     return out;
+}
+
+/** A page's prose: its lines outside code blocks, with inline code blanked (a link shown as code is not a link). */
+function prose(file: string): { line: number; text: string }[] {
+    let inCode = false;
+    return readDoc(file)
+        .split("\n")
+        .flatMap((text, i) => {
+            if (/^```/.test(text)) {
+                inCode = !inCode;
+                return [];
+            }
+            return inCode ? [] : [{ line: i + 1, text: text.replace(/`[^`]*`/g, "``") }];
+        });
+}
+
+/** The anchors GitHub gives a page's headings. */
+function anchors(file: string): Set<string> {
+    const slugger = new GithubSlugger();
+    return new Set(prose(file).flatMap(({ line }) => {
+        const heading = /^#{1,6} (.*)$/.exec(readDoc(file).split("\n")[line - 1]);
+        return heading ? [slugger.slug(heading[1])] : [];
+    }));
+}
+
+/** Relative links of a page: [text](target) and their line, outside code. */
+function links(file: string): { line: number; target: string }[] {
+    return prose(file).flatMap(({ line, text }) => [...text.matchAll(/\]\(([^)\s]+)\)/g)].map((m) => ({ line, target: m[1] })).filter((l) => !/^[a-z]+:/.test(l.target)));
 }
 
 /** Commands of other tools, shown for the reader to run against real clouds or hosts. */
@@ -81,21 +114,84 @@ function transcript(text: string): { command: string; output: string }[] {
     return steps.map((s) => ({ command: s.command, output: s.output.length > 0 ? `${s.output.join("\n")}\n` : "" }));
 }
 
-const all = blocks();
+const all = FILES.flatMap(blocksOf);
+const at = (b: Block) => `${b.file}:${b.line}`;
 
-describe("README", () => {
+describe("the docs", () => {
     it("every code block is a shell block or names its doc test", () => {
-        expect(all.length).toBeGreaterThan(8);
-        for (const b of all) expect(b.lang === "sh" || b.marker !== undefined, `README.md:${b.line}: a \`\`\`${b.lang} block without a doc-test marker`).toBe(true);
+        expect(all.length).toBeGreaterThan(30);
+        for (const b of all) expect(b.lang === "sh" || b.marker !== undefined, `${at(b)}: a \`\`\`${b.lang} block without a doc-test marker`).toBe(true);
     });
 
-    it("links the design notes inside the repository", () => {
-        expect(README).toContain("[docs/design.md](docs/design.md)");
-        expect(README).not.toMatch(/\.\.\/shared|DESIGN\.md/);
-        expect(fs.readFileSync(path.join(REPO, "docs/design.md"), "utf8")).toMatch(/^# airlock: design/);
+    it("the README is a front door: under 2,000 words, every page of docs/ reachable from it", () => {
+        const words = readDoc("README.md").split(/\s+/).filter((w) => /\w/.test(w)).length;
+        expect(words, "README.md's words").toBeLessThan(2000);
+        const reached = new Set(["README.md"]);
+        const queue = ["README.md"];
+        while (queue.length > 0) {
+            const file = queue.shift()!;
+            for (const { target } of links(file)) {
+                const page = path.normalize(path.join(path.dirname(file), target.split("#")[0]));
+                if (page.endsWith(".md") && !reached.has(page) && fs.existsSync(path.join(REPO, page))) {
+                    reached.add(page);
+                    queue.push(page);
+                }
+            }
+        }
+        for (const file of FILES) expect(reached.has(file), `${file} is linked from no page the README leads to`).toBe(true);
     });
 
-    it.each(all.filter((b) => b.lang === "sh").map((b) => [b.line, b] as const))("the shell block at line %i: airlock commands run, the rest are other tools", (_, block) => {
+    it.each(FILES)("every link and anchor of %s leads somewhere", (file) => {
+        const broken: string[] = [];
+        for (const { line, target } of links(file)) {
+            const [to, anchor] = target.split("#");
+            const resolved = to === "" ? file : path.normalize(path.join(path.dirname(file), to));
+            if (!fs.existsSync(path.join(REPO, resolved))) broken.push(`${file}:${line}: ${target} does not exist`);
+            else if (anchor !== undefined && resolved.endsWith(".md") && !anchors(resolved).has(anchor)) broken.push(`${file}:${line}: ${resolved} has no heading #${anchor}`);
+        }
+        expect(broken).toEqual([]);
+        expect(readDoc(file), `${file} points outside the repository`).not.toMatch(/\.\.\/shared|DESIGN\.md/);
+    });
+
+    it.each(FILES.filter((f) => f.startsWith("docs/")))("%s says what the reader will do first and where to go next last", (file) => {
+        const lines = readDoc(file).trim().split("\n");
+        expect(lines[0], file).toMatch(/^# /);
+        expect(lines.at(-1), `${file} ends without a Next: line`).toMatch(/^Next: .*\]\(/);
+    });
+
+    it("the reference pages state current behaviour: no development history", () => {
+        const history = FILES.filter((f) => f !== "CHANGELOG.md").flatMap((file) =>
+            prose(file).flatMap(({ line, text }) => (/seen first|\(before: |\bred teams? \d|\bissue \d+/i.test(text) ? [`${file}:${line}: ${text.trim().slice(0, 100)}`] : [])),
+        );
+        expect(history, "history belongs in CHANGELOG.md").toEqual([]);
+    });
+
+    it.each(all.filter((b) => b.marker === "topology").map((b) => [at(b), b] as const))("the topology at %s draws the plan's ports, and only those", (_, block) => {
+        const cwd = workspace();
+        const hosts = JSON.parse(sh("npm run -s airlock -- plan --stack dev --json", cwd).stdout).hosts as { role: string; internetInbound: string[]; tailnetInbound: string[] }[];
+        // Ports as proto:port, however written: udp/41641, tcp:22, 53/udp,tcp.
+        const ports = (text: string) => [
+            ...[...text.matchAll(/\b(tcp|udp)[:/](\d+)/g)].map((m) => `${m[1]}:${m[2]}`),
+            ...[...text.matchAll(/\b(\d+)\/((?:tcp|udp)(?:,(?:tcp|udp))*)/g)].flatMap((m) => m[2].split(",").map((p) => `${p}:${m[1]}`)),
+        ];
+        const drawn = new Set(ports(block.text));
+        const sandboxAdmits = ports(hosts.find((h) => h.role === "sandbox")!.tailnetInbound.join(" "));
+        // The gateway's tailnet ports for the sandbox (not the operators' ssh).
+        const gatewayAdmits = ports(hosts.find((h) => h.role === "gateway")!.tailnetInbound.filter((r) => / from tag:/.test(r)).join(" "));
+        const internet = hosts.flatMap((h) => ports(h.internetInbound.join(" ")));
+        for (const port of [...sandboxAdmits, ...gatewayAdmits, ...internet]) expect(drawn, `the plan admits ${port}; the diagram does not draw it`).toContain(port);
+        for (const port of drawn) expect([...sandboxAdmits, ...gatewayAdmits, ...internet], `the diagram draws ${port}, which the plan does not admit`).toContain(port);
+    });
+
+    it("the plan's files the README points at exist", () => {
+        const cwd = workspace();
+        expect(sh("npm run -s airlock -- plan --stack dev", cwd).status).toBe(0);
+        const named = [...readDoc("README.md").matchAll(/`(out\/dev\/[^`*]+)`/g)].map((m) => m[1].replace(/\/$/, ""));
+        expect(named.length).toBeGreaterThan(1);
+        for (const file of named) expect(fs.existsSync(path.join(cwd, file)), file).toBe(true);
+    });
+
+    it.each(all.filter((b) => b.lang === "sh").map((b) => [at(b), b] as const))("the shell block at %s: airlock commands run, the rest are other tools", (_, block) => {
         const cwd = workspace();
         const lines = block.text.split("\n").filter((l) => l.trim() !== "" && !/^\s/.test(l));
         for (const line of lines) {
@@ -103,7 +199,7 @@ describe("README", () => {
             if (command === "npm ci && npm run plan") continue; // run from a clean clone below
             if (DEPLOYED.test(command)) continue;
             if (!AIRLOCK.test(command)) {
-                expect(command, `README.md:${block.line}: neither an airlock command nor a known external tool`).toMatch(EXTERNAL);
+                expect(command, `${at(block)}: neither an airlock command nor a known external tool`).toMatch(EXTERNAL);
                 continue;
             }
             const result = sh(command, cwd);
@@ -124,7 +220,8 @@ describe("README", () => {
         expect(fs.existsSync(path.join(clone, "out/dev/.airlock-plan"))).toBe(true);
     }, 600_000);
 
-    it.each(all.filter((b) => b.lang === "console").map((b) => [b.marker, b] as const))("sample output %s is what the commands print", (marker, block) => {
+    it.each(all.filter((b) => b.lang === "console").map((b) => [`${b.marker} (${at(b)})`, b] as const))("sample output %s is what the commands print", (_, block) => {
+        const marker = block.marker;
         const cwd = workspace();
         if (marker === "bad-stack") {
             const file = path.join(cwd, "stacks/Pulumi.dev.yaml");
