@@ -16,10 +16,33 @@ export function status(kind: "pass" | "fail" | "manual", text: string): string {
     return paint(kind === "pass" ? "green" : kind === "fail" ? "red" : "yellow", text);
 }
 
+const live = () => process.stderr.isTTY === true && process.env.CI !== "true";
+/** A progress line cut to the terminal's width, so that rewriting it never scrolls. */
+const fit = (line: string) => (process.stderr.columns && line.length >= process.stderr.columns ? `${line.slice(0, process.stderr.columns - 2)}…` : line);
+
+/**
+ * Progress of long work (twin up, twin replace): on a terminal, one line on stderr
+ * that each report replaces and `done` clears; nothing when piped or in CI. Every
+ * line is kept, for the caller to show after a failure.
+ */
+export function progress() {
+    const kept: string[] = [];
+    return {
+        kept,
+        report(line: string) {
+            kept.push(line);
+            if (live()) process.stderr.write(`\r\u001b[2K${paint("dim", fit(line))}`);
+        },
+        done() {
+            if (live() && kept.length > 0) process.stderr.write("\r\u001b[2K");
+        },
+    };
+}
+
 /** "doing X..." on stderr while a long step runs, on a terminal only. */
 export async function step<T>(label: string, work: () => Promise<T>): Promise<T> {
-    if (!process.stderr.isTTY || process.env.CI === "true") return work();
-    process.stderr.write(paint("dim", `${label}...`));
+    if (!live()) return work();
+    process.stderr.write(paint("dim", fit(`${label}...`)));
     try {
         const result = await work();
         process.stderr.write(`\r\u001b[2K`);

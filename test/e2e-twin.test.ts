@@ -17,7 +17,7 @@ import { publishedUserData } from "../twin/metadata";
 import { decodeUserData } from "../policies/engine/userData";
 import { runDirOf } from "../twin/network";
 import { twinB2Dir } from "../twin/standins";
-import { readState, start, stop } from "../twin/twin";
+import { logFile, readState, start, stop } from "../twin/twin";
 import { substitutions } from "../twin/userdata";
 import { HERMES_VERSION } from "./helpers/hermes";
 import { editedStack, tempDir } from "./helpers/stacks";
@@ -133,7 +133,7 @@ describe.runIf(canRun)("the twin", () => {
         // Within BOOT_TIMEOUT_MS (twin/twin.ts) and a little for what comes after the boot.
         const up = twin(["up", "--stack", STACK], 60 * MINUTE);
         timings.up = (Date.now() - started) / 1000;
-        console.log(`twin up: ${timings.up.toFixed(0)} s\n${up.stderr}`);
+        console.log(`twin up: ${timings.up.toFixed(0)} s\n${fs.existsSync(logFile(STACK)) ? fs.readFileSync(logFile(STACK), "utf8") : up.stderr}`);
         if (up.code !== 0) throw new Error(`twin up failed (${up.code}):\n${up.stderr}`);
     }, 65 * MINUTE);
 

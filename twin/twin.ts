@@ -61,6 +61,12 @@ export interface TwinState {
 export const BOOT_TIMEOUT_MS = 55 * 60_000;
 
 const stateFile = (stack: string) => path.join(runDirOf(stack), "state.json");
+/** What `twin up` and `twin replace` reported, line by line with its time (the CLI shows it only on a terminal). */
+export const logFile = (stack: string) => path.join(runDirOf(stack), "twin.log");
+
+export function appendLog(stack: string, line: string) {
+    if (fs.existsSync(runDirOf(stack))) fs.appendFileSync(logFile(stack), `${new Date().toISOString()} ${line}\n`);
+}
 const keysDir = (stack: string) => path.join(runDirOf(stack), "keys");
 
 export type Log = (line: string) => void;

@@ -33,9 +33,9 @@ export function define(command: Command, cli: Cli) {
         const results: ({ stack: string; findings: Finding[] } | { stack: string; error: string })[] = [];
         const errors: string[] = [];
         // With --all, a stack that cannot be planned is reported beside the others' results, never instead of them.
-        for (const stack of stacks) {
+        for (const [i, stack] of stacks.entries()) {
             try {
-                results.push(await step(`gating ${stack}`, () => gateStack(cli.stacksDir, stack, policy, cli.outDir(stack))));
+                results.push(await step(stacks.length > 1 ? `gating ${stack} (${i + 1} of ${stacks.length})` : `gating ${stack}`, () => gateStack(cli.stacksDir, stack, policy, cli.outDir(stack))));
             } catch (err) {
                 if (!(err instanceof ConfigError) || !opts.all) throw err;
                 errors.push(...err.problems);

@@ -6,6 +6,7 @@ import { planStack } from "../offline";
 import { formatSummary, locateInPlan, removeCreated, summarize, usableOutDir, writePlan } from "../plan";
 import { existingStackFile } from "../stacks";
 import { policyOf, report } from "../report";
+import { step } from "../style";
 
 /** One turn of the event loop, in which a signal that came meanwhile reaches its listener. */
 const signalsHandled = () => new Promise<void>((resolve) => setImmediate(resolve));
@@ -35,7 +36,7 @@ export function define(command: Command, cli: Cli) {
         try {
             // Read before the plan replaces it (it is often out/<stack>/preview.json itself).
             const before = opts.against ? readPlannedResources(opts.against) : undefined;
-            plan = await planStack(stackFile, opts.stack);
+            plan = await step(`planning ${opts.stack}`, () => planStack(stackFile, opts.stack));
             await signalsHandled(); // interrupted while planning: nothing is written
             changes = before ? changesBetween(before, plan.resources) : undefined;
             files = writePlan(plan, outDir);

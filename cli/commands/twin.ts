@@ -1,6 +1,7 @@
 import { Argument, type Command } from "commander";
 import { EXIT, type Cli } from "../command";
 import { existingStackFile } from "../stacks";
+import { progress as makeProgress } from "../style";
 
 const ACTIONS = ["up", "status", "exec", "agent", "operator", "replace", "firewall", "down"] as const;
 type Action = (typeof ACTIONS)[number];
@@ -27,11 +28,22 @@ export function define(command: Command, cli: Cli) {
         const twin = await import("../../twin/twin");
         const { QgaError } = await import("../../twin/qga");
         const out = (value: unknown, text: string) => process.stdout.write(opts.json ? `${JSON.stringify(value, null, 2)}\n` : text);
-        const log = (line: string) => process.stderr.write(`twin: ${line}\n`);
+        // Boots take minutes: on a terminal, a progress line; piped, quiet. Every line also goes to the
+        // twin's log file, and all of them to stderr when the action fails.
+        const progress = makeProgress();
+        const log = (line: string) => {
+            progress.report(`twin: ${line}`);
+            twin.appendLog(opts.stack, line);
+        };
+        const failed = () => {
+            progress.done();
+            for (const line of progress.kept) process.stderr.write(`${line}\n`);
+        };
         try {
             switch (action) {
                 case "up": {
                     const state = await twin.up({ stack: opts.stack, stackFile: existingStackFile(cli.stacksDir, opts.stack), log });
+                    progress.done();
                     out(state, `twin of ${opts.stack} is up: gateway ${state.guests.gateway?.cloudInit}, sandbox ${state.guests.sandbox?.cloudInit}\n`);
                     return EXIT.clean;
                 }
@@ -77,6 +89,7 @@ export function define(command: Command, cli: Cli) {
                 }
                 case "replace": {
                     const state = await twin.replaceSandbox(opts.stack, log);
+                    progress.done();
                     out(state, `sandbox replaced: cloud-init ${state.guests.sandbox?.cloudInit}\n`);
                     return EXIT.clean;
                 }
@@ -94,6 +107,7 @@ export function define(command: Command, cli: Cli) {
                     return EXIT.clean;
             }
         } catch (err) {
+            failed();
             if (err instanceof twin.TwinError || err instanceof QgaError) {
                 process.stderr.write(`airlock twin: ${err.message}\n`);
                 return err instanceof twin.NotReadyError ? EXIT.violations : EXIT.badInput;
