@@ -220,7 +220,25 @@ describe("the docs", () => {
         expect(fs.existsSync(path.join(clone, "out/dev/.airlock-plan"))).toBe(true);
     }, 600_000);
 
-    it.each(all.filter((b) => b.lang === "console").map((b) => [`${b.marker} (${at(b)})`, b] as const))("sample output %s is what the commands print", (_, block) => {
+    it.each(all.filter((b) => b.marker === "json-shape").map((b) => [at(b), b] as const))("the JSON shown at %s has the keys the command prints", (_, block) => {
+        const [command, ...json] = block.text.split("\n");
+        const shown = JSON.parse(json.join("\n"));
+        const printed = JSON.parse(sh(command.replace(/^\$ /, ""), workspace()).stdout);
+        // The same keys at the top, and in the first element of every list of objects shown.
+        const same = (a: unknown, b: unknown, where: string) => {
+            if (Array.isArray(a)) {
+                expect(Array.isArray(b), `${where} is a list`).toBe(true);
+                if (a.length > 0 && typeof a[0] === "object" && (b as unknown[]).length > 0) same(a[0], (b as unknown[])[0], `${where}[0]`);
+                return;
+            }
+            if (a === null || typeof a !== "object") return;
+            expect(Object.keys(b as object).sort(), where).toEqual(Object.keys(a).sort());
+            for (const [k, v] of Object.entries(a)) same(v, (b as Record<string, unknown>)[k], `${where}.${k}`);
+        };
+        same(shown, printed, command);
+    });
+
+    it.each(all.filter((b) => b.lang === "console" && b.marker !== "json-shape").map((b) => [`${b.marker} (${at(b)})`, b] as const))("sample output %s is what the commands print", (_, block) => {
         const marker = block.marker;
         const cwd = workspace();
         if (marker === "bad-stack") {
