@@ -143,7 +143,7 @@ export function runDoctor(env: Env, stackFile?: string, stack?: string): DoctorC
         ok: hcloud !== undefined && !hcloudInClear,
         required: true,
         detail: hcloudInClear ? "hcloud:token is in the stack file IN CLEAR" : (hcloud ?? "missing"),
-        fix: `pulumi config set --secret hcloud:token <token>${forStack}`,
+        fix: `pulumi config set --secret hcloud:token${forStack} (it prompts for the token), or export HCLOUD_TOKEN`,
     });
 
     const tsEnv = present(env, "TAILSCALE_API_KEY") || (present(env, "TAILSCALE_OAUTH_CLIENT_ID") && present(env, "TAILSCALE_OAUTH_CLIENT_SECRET"));
@@ -153,7 +153,7 @@ export function runDoctor(env: Env, stackFile?: string, stack?: string): DoctorC
         ok: tsEnv || tsStack,
         required: true,
         detail: tsEnv ? "in the environment" : tsStack ? "in the stack (secret)" : "missing",
-        fix: `pulumi config set --secret tailscale:apiKey <key>${forStack} (or an OAuth client: tailscale:oauthClientId + --secret tailscale:oauthClientSecret)`,
+        fix: "export TAILSCALE_API_KEY (or an OAuth client's TAILSCALE_OAUTH_CLIENT_ID and TAILSCALE_OAUTH_CLIENT_SECRET); in the environment, the live tailnet policy check can read them too",
     });
     const tailnet = present(env, "TAILSCALE_TAILNET") || keys.has("tailscale:tailnet");
     checks.push({
@@ -161,7 +161,7 @@ export function runDoctor(env: Env, stackFile?: string, stack?: string): DoctorC
         ok: tailnet,
         required: true,
         detail: tailnet ? "set" : "missing",
-        fix: `pulumi config set tailscale:tailnet <tailnet name>${forStack}`,
+        fix: `export TAILSCALE_TAILNET=<tailnet name> (or pulumi config set tailscale:tailnet <tailnet name>${forStack})`,
     });
 
     const b2 = present(env, "B2_APPLICATION_KEY_ID") && present(env, "B2_APPLICATION_KEY");

@@ -60,10 +60,10 @@ export async function forkStack(options: ForkOptions): Promise<ForkResult> {
     const doc = YAML.parseDocument(fs.readFileSync(sourceFile, "utf8"));
     const config = doc.get("config") as YAML.YAMLMap<unknown, unknown>;
     // Every customer brings its own cloud project and tailnet.
+    // A secret is asked for at pulumi's prompt: never an argument, which the shell's history keeps.
     const stillNeeded: string[] = [
-        `pulumi config set --secret hcloud:token <value> --stack ${customer}`,
-        `pulumi config set --secret tailscale:apiKey <value> --stack ${customer}   (or tailscale:oauthClientId + --secret tailscale:oauthClientSecret)`,
-        `pulumi config set tailscale:tailnet <value> --stack ${customer}`,
+        `pulumi config set --secret hcloud:token --stack ${customer}   (prompts for the value)`,
+        `export TAILSCALE_API_KEY=... TAILSCALE_TAILNET=...   (or TAILSCALE_OAUTH_CLIENT_ID and TAILSCALE_OAUTH_CLIENT_SECRET: the provider and airlock doctor read them)`,
     ];
     for (const item of [...config.items]) {
         const key = String(YAML.isScalar(item.key) ? item.key.value : item.key);
@@ -72,15 +72,15 @@ export async function forkStack(options: ForkOptions): Promise<ForkResult> {
         if (!key.startsWith(`${PROJECT}:`) || secret) {
             // Provider credentials and anything secret belong to the customer; never copy them.
             config.delete(item.key);
-            const command = secret ? `pulumi config set --secret ${key} <value> --stack ${customer}` : `pulumi config set ${key} <value> --stack ${customer}`;
-            if (!stillNeeded.some((line) => line.startsWith(command))) stillNeeded.push(command);
+            const command = secret ? `pulumi config set --secret ${key} --stack ${customer}` : `pulumi config set ${key} <value> --stack ${customer}`;
+            if (!/^tailscale:/.test(key) && !stillNeeded.some((line) => line.startsWith(command))) stillNeeded.push(command);
         }
     }
     // Secrets nested in airlock:* objects (the agent's, set with --path) are the source's too.
     for (const item of config.items) {
         const key = String(YAML.isScalar(item.key) ? item.key.value : item.key);
         for (const nested of dropNestedSecrets(item.value, key)) {
-            stillNeeded.push(`pulumi config set --secret --path '${nested}' <value> --stack ${customer}`);
+            stillNeeded.push(`pulumi config set --secret --path '${nested}' --stack ${customer}   (prompts for the value)`);
         }
     }
     const prefix = `airlock-${customer}`;
@@ -103,6 +103,7 @@ export async function forkStack(options: ForkOptions): Promise<ForkResult> {
         );
     }
     stillNeeded.push(
+        `the stack's own ssh keys, in place of ${from}'s (airlock doctor fails the shipped examples): pulumi config set ${PROJECT}:breakGlassSshPublicKey '<public key>' --stack ${customer}, and pulumi config set --path '${PROJECT}:gateway.adminSshKeys[0]' '<public key>' --stack ${customer}`,
         `after the first \`pulumi up\`: pulumi config set --path '${PROJECT}:agent.authorizedKeys[0]' '<the new gateway agent key>' --stack ${customer}`,
     );
     // The source's description is about the source; the fork gets its own.

@@ -17,6 +17,8 @@ const program = new Command()
     .option("--stacks-dir <dir>", "folder holding Pulumi.<stack>.yaml files (default: the project's stacks/, found from any of its folders)")
     .option("--policy <file>", "the policy: enforcement levels and what rules compare against (default: the shipped policies/config.json)")
     .exitOverride()
+    // A verb's --help lists --policy and --stacks-dir too: they are given after the verb as often as before it.
+    .configureHelp({ showGlobalOptions: true })
     .configureOutput({ writeErr: (text) => process.stderr.write(text) });
 
 /** The first operand that is not the value of a global option: the command's name. */

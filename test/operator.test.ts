@@ -88,9 +88,12 @@ describe("airlock fork", () => {
         const written = fs.readFileSync(result.file, "utf8");
         expect(written).not.toContain(secretValue);
         expect(written).not.toMatch(/secure:|tailscale:|hcloud:/);
-        expect(result.stillNeeded.join("\n")).toMatch(/--secret hcloud:token <value> --stack acme/);
-        expect(result.stillNeeded.join("\n")).toMatch(/--secret tailscale:oauthClientSecret <value> --stack acme/);
-        expect(result.stillNeeded).toContain("pulumi config set --secret --path 'airlock:gateway.agent.secrets.ANTHROPIC_API_KEY' <value> --stack acme");
+        expect(result.stillNeeded.join("\n")).toMatch(/--secret hcloud:token --stack acme +\(prompts for the value\)/);
+        expect(result.stillNeeded.join("\n")).toMatch(/TAILSCALE_OAUTH_CLIENT_SECRET/);
+        expect(result.stillNeeded).toContain("pulumi config set --secret --path 'airlock:gateway.agent.secrets.ANTHROPIC_API_KEY' --stack acme   (prompts for the value)");
+        // A secret is never asked for as an argument, which the shell's history would keep.
+        for (const line of result.stillNeeded.filter((l) => / --secret /.test(l))) expect(line).not.toMatch(/<value>/);
+        expect(result.stillNeeded.join("\n")).toMatch(/airlock:breakGlassSshPublicKey/);
         expect(result.stillNeeded.join("\n")).not.toContain(secretValue);
     });
 
@@ -254,7 +257,8 @@ describe("airlock doctor", () => {
         expect(byName["pulumi CLI"].fix).toMatch(/install the Pulumi CLI/);
         expect(byName["Hetzner Cloud token"]).toMatchObject({ ok: true, detail: "HCLOUD_TOKEN in the environment" });
         expect(byName["Tailscale tailnet"]).toMatchObject({ ok: false });
-        expect(byName["Tailscale tailnet"].fix).toBe("pulumi config set tailscale:tailnet <tailnet name> --stack dev");
+        expect(byName["Tailscale tailnet"].fix).toBe("export TAILSCALE_TAILNET=<tailnet name> (or pulumi config set tailscale:tailnet <tailnet name> --stack dev)");
+        expect(byName["Hetzner Cloud token"].fix).not.toMatch(/<token>/);
     });
 
     it("passes with a logged-in pulumi, credentials as stack secrets and an ssh client", () => {

@@ -2,6 +2,7 @@ import { execFileSync, spawnSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
+import { docSample } from "./helpers/docs";
 import { REPO, tempDir } from "./helpers/stacks";
 import { toolsAvailable } from "./helpers/tools";
 
@@ -31,19 +32,31 @@ function snapshotRepository(): string {
 }
 
 describe("airlock in other projects", () => {
-    it("npm install of the packed package gives `npx airlock check`", () => {
-        const packs = tempDir("pack");
-        const tarball = execFileSync("npm", ["pack", "--pack-destination", packs, "--silent"], { cwd: REPO, encoding: "utf8" }).trim().split("\n").pop()!;
-        const project = tempDir("consumer");
-        fs.writeFileSync(path.join(project, "package.json"), '{ "name": "consumer", "private": true }\n');
-        const install = spawnSync("npm", ["install", "--prefer-offline", "--no-audit", "--no-fund", path.join(packs, tarball)], { cwd: project, encoding: "utf8" });
-        expect(install.status, install.stderr).toBe(0);
-        fs.writeFileSync(path.join(project, "compose.yml"), BAD_COMPOSE);
-        const check = spawnSync("npx", ["--offline", "airlock", "check", "compose.yml"], { cwd: project, encoding: "utf8" });
-        expect(check.stderr).not.toMatch(/airlock|Error/);
-        expect(check.status).toBe(1);
-        expect(check.stdout).toContain("compose.yml:2: containers-not-privileged: web is privileged");
+    it("the docs' steps for your own project give `npx airlock check` from the packed package", () => {
+        // docs/cli/check.md's lines, in a folder holding the clone (this repository) and a project beside it,
+        // with the tarball there instead of in /tmp.
+        const root = tempDir("own-project");
+        const [pack, install, check] = docSample("own-project").trim().replaceAll(" /tmp", ` ${root}`).split("\n");
+        expect(pack).toMatch(/^cd airlock && npm pack /);
+        fs.symlinkSync(REPO, path.join(root, "airlock"));
+        fs.mkdirSync(path.join(root, "your-project"));
+        fs.writeFileSync(path.join(root, "your-project", "package.json"), '{ "name": "consumer", "private": true }\n');
+        fs.writeFileSync(path.join(root, "your-project", "docker-compose.yml"), BAD_COMPOSE);
+        // Dependencies from npm's cache, filled by `npm ci`.
+        const env = { ...process.env, npm_config_prefer_offline: "true", npm_config_audit: "false", npm_config_fund: "false" };
+        const run = (line: string) => spawnSync("bash", ["-c", line], { cwd: root, encoding: "utf8", env });
+        const packed = run(pack.replace(" && npm pack ", " && npm pack --silent "));
+        expect(packed.status, packed.stderr).toBe(0);
+        expect(fs.existsSync(path.join(root, `airlock-${JSON.parse(fs.readFileSync(path.join(REPO, "package.json"), "utf8")).version}.tgz`)), "the tarball the docs name").toBe(true);
+        expect(install).toContain(`airlock-${JSON.parse(fs.readFileSync(path.join(REPO, "package.json"), "utf8")).version}.tgz`);
+        const installed = run(install);
+        expect(installed.status, installed.stderr).toBe(0);
+        const checked = run(check);
+        expect(checked.stderr).not.toMatch(/airlock|Error/);
+        expect(checked.status).toBe(1);
+        expect(checked.stdout).toContain("docker-compose.yml:2: containers-not-privileged: web is privileged");
         // The installed package runs its packed build, not TypeScript.
+        const project = path.join(root, "your-project");
         expect(fs.existsSync(path.join(project, "node_modules/airlock/dist/cli/main.js"))).toBe(true);
         expect(fs.existsSync(path.join(project, "node_modules/tsx"))).toBe(false);
     }, 300_000);

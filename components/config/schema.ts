@@ -179,7 +179,7 @@ const workloads = z
             .strictObject({ enabled: z.boolean().default(true).describe("Run it."), image: image.default("chromedp/headless-shell:stable").describe("Its image."), ...serviceOverrides })
             .prefault({}).describe("A headless browser on the sandbox: CDP on the tailnet address's port 9222 only, no /workspace."),
         postgres: optionalService(`postgres:${SHELL_PG_DUMP_MAJOR}-bookworm`)
-            .prefault({}).describe("PostgreSQL, on an `internal: true` network only. The hourly dump runs the shell's `pg_dump`, which refuses a server newer than itself: with the built shell (its client is 15) a newer major is refused, and the gateway's drills restore 17 at most."),
+            .prefault({}).describe("PostgreSQL, on an `internal: true` network only, dumped hourly by the shell's `pg_dump` and drilled monthly on the gateway. Two limits: the gateway's `pg_restore` (17) reads no dump of a newer server, so a major above 17 is refused; and `pg_dump` refuses a server newer than itself, so with the built shell (`registry` set; its client is 15) a major above 15 is refused too."),
         redis: optionalService("redis:7-bookworm").prefault({}).describe("Redis, on an `internal: true` network only."),
         api: z
             .strictObject({
