@@ -102,20 +102,108 @@ describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "sys
         expect(hint).toMatch(/Automatic checkpoints before destructive commands \(rm -r, git reset --hard,\s+DROP TABLE, \.\.\.\): on\./);
         const commands = [...hint.matchAll(/`(airlock [^`]+)`/g)].map((m) => m[1]);
         const expected = [
-            `create shared --label-b64 ${b64("before migration")}`,
-            "list shared --json",
-            "restore shared --id 12",
-            `restore shared --label-b64 ${b64("before migration")}`,
-            "restore shared --last",
+            [`create shared --label-b64 ${b64("before migration")}`],
+            ["list shared --json"],
+            ["restore shared --id 12"],
+            [`restore shared --label-b64 ${b64("before migration")}`],
+            ["restore shared --last"],
+            ["try-begin shared --timeout 600 --network none", "try-end shared --id 0123456789ab --status 0"],
         ];
         expect(commands).toHaveLength(expected.length);
         for (const [i, template] of commands.entries()) {
             reset();
-            const command = template.replace("{label}", "before migration").replace("{id}", "12");
+            const command = template.replace("{label}", "before migration").replace("{id}", "12").replace("{command}", "true");
             expect(invoke(command).status, command).toBe(0);
-            expect(calls(), command).toEqual([expected[i]]);
-            expect(dockerArgs(), command).toBeUndefined();
+            expect(calls(), command).toEqual(expected[i]);
+            // A try's command runs in the try's container, never the shell's; the other verbs run nothing there.
+            expect(containerOf(dockerArgs()), command).toBe(expected[i][0].startsWith("try-") ? "agent-try-0123456789ab" : undefined);
         }
+    });
+
+    describe("airlock try", () => {
+        it.each([
+            ["airlock try -- test -d /", "try-begin shared --timeout 600 --network none", "test -d /"],
+            ["airlock try --timeout 30 --network egress -- true && echo passed", "try-begin shared --timeout 30 --network egress", "true && echo passed"],
+            ["  airlock  try --keep --timeout=5 --output-kb 2 --  true -x ", "try-begin shared --timeout 5 --network none --keep", "true -x"],
+        ])("%s: a try with those settings, the line after -- run in its container", async (command, begin, line) => {
+            const { invoke, calls, dockerArgs } = await installWrapper();
+            const result = invoke(command);
+            expect(result.status, result.stderr).toBe(0);
+            expect(calls()).toEqual([begin, "try-end shared --id 0123456789ab --status 0"]);
+            const args = dockerArgs()!;
+            expect(containerOf(args)).toBe("agent-try-0123456789ab");
+            expect(args.at(-1)).toBe(line);
+        });
+
+        it.each([
+            ["airlock try", /usage: airlock try/],
+            ["airlock try npm test", /usage: airlock try/],
+            ["airlock try --network host -- id", /usage: airlock try/],
+            ["airlock try --timeout 0 -- true", /--timeout is 1 to 3600 seconds/],
+            ["airlock try --timeout 99999 -- true", /--timeout is 1 to 3600 seconds/],
+            ["airlock try --output-kb 5000 -- true", /--output-kb is 1 to 1024/],
+            ["airlock try -- ", /usage: airlock try/],
+        ])("%s is refused with 125 before anything is made or run", async (command, why) => {
+            const { invoke, calls, dockerArgs } = await installWrapper();
+            const result = invoke(command);
+            expect(result.status).toBe(125);
+            expect(result.stderr).toMatch(why);
+            expect(calls()).toEqual([]);
+            expect(dockerArgs()).toBeUndefined();
+        });
+
+        it("exits with the command's status, and its changes are kept only with --keep and status 0", async () => {
+            const { invoke, calls, record } = await installWrapper();
+            const failed = invoke("airlock try --keep -- exit 3");
+            expect(failed.status).toBe(3);
+            expect(failed.stderr).toContain("airlock: try 0123456789ab: exit 3; discarded: the workspace is as it was");
+            const passed = invoke("airlock try --keep -- true");
+            expect(passed.status).toBe(0);
+            expect(passed.stderr).toContain("exit 0; kept: the workspace is the try's now");
+            expect(calls()).toContain("try-end shared --id 0123456789ab --status 3");
+            // On the record: the whole command as a command, and the try's settings and outcome as verbs.
+            const entries = record();
+            const begin = entries.filter((e) => e.kind === "begin").map((e) => e.command);
+            expect(begin).toEqual(["airlock try --keep -- exit 3", "airlock try --keep -- true"]);
+            expect(entries.filter((e) => e.kind === "end").map((e) => e.exit)).toEqual([3, 0]);
+            const verbs = entries.filter((e) => e.kind === "verb").map((e) => [e.verb, e.outcome, e.args, e.detail.split(":")[0]]);
+            expect(verbs).toEqual([
+                ["try-begin", "started", { keep: "yes", network: "none", timeout: "600" }, ""],
+                ["try-begin", "ok", { keep: "yes", network: "none", timeout: "600" }, "try 0123456789ab agent-try-0123456789ab"],
+                ["try-end", "ok", { id: "0123456789ab", status: "3" }, "discarded"],
+                ["try-begin", "started", { keep: "yes", network: "none", timeout: "600" }, ""],
+                ["try-begin", "ok", { keep: "yes", network: "none", timeout: "600" }, "try 0123456789ab agent-try-0123456789ab"],
+                ["try-end", "ok", { id: "0123456789ab", status: "0" }, "kept"],
+            ]);
+        });
+
+        it("a command past its timeout ends with 124 and its container killed", async () => {
+            const { invoke, dir } = await installWrapper();
+            const result = invoke("airlock try --timeout 1 -- sleep 30");
+            expect(result.status).toBe(124);
+            expect(result.stderr).toContain("airlock: try 0123456789ab timed out after 1 s; its container was killed");
+            // The stand-in docker notes its last call: the kill of the try's container.
+            expect(fs.readFileSync(path.join(dir, "state", "docker-args"), "utf8").trim().split("\n")).toEqual(["kill", "agent-try-0123456789ab"]);
+        });
+
+        it("a flood of output comes back as its first and last KiB, with a line saying how much was cut", async () => {
+            const { invoke } = await installWrapper();
+            const result = invoke("airlock try --output-kb 1 -- seq 1 1000000");
+            expect(result.status, result.stderr).toBe(0);
+            expect(result.stdout.length).toBeLessThan(2 * 1024 + 200);
+            expect(result.stdout.startsWith("1\n2\n3\n")).toBe(true);
+            expect(result.stdout.endsWith("999999\n1000000\n")).toBe(true);
+            expect(result.stdout).toMatch(/\[airlock: \d+ bytes of output cut here; the first and last 1 KiB are shown\]/);
+        });
+
+        it("a try the broker refuses is 125 and nothing runs", async () => {
+            const { invoke, dir, dockerArgs } = await installWrapper();
+            fs.writeFileSync(path.join(dir, "fail"), "4 tries run already; wait for one to end");
+            const result = invoke("airlock try -- true");
+            expect(result.status).toBe(125);
+            expect(result.stderr).toBe("airlock: try refused: 4 tries run already; wait for one to end\n");
+            expect(dockerArgs()).toBeUndefined();
+        });
     });
 
     it("a destructive command hidden in a frame's other lines still gets its automatic checkpoint, labelled with the frame's command", async () => {

@@ -21,7 +21,7 @@ function project(): string {
 }
 
 const withoutCi = () => {
-    const env = { ...process.env, NO_COLOR: "1" };
+    const env: NodeJS.ProcessEnv = { ...process.env, NO_COLOR: "1" };
     delete env.CI;
     return env;
 };

@@ -186,7 +186,7 @@ describe("the runtime in the gateway's compose", () => {
         expect(RUNTIME_PATH.split(":")).not.toContainEqual(expect.stringMatching(/^\/opt\/data/));
         // Hermes's own .env in its state volume is airlock's file, read-only.
         expect(services.agent.volumes).toContain(`${GATEWAY_AGENT_PATHS.hermesUserEnv}:/opt/data/.env:ro`);
-        // The README shows the file as rendered for dev.
+        // docs/agent-runtime.md shows the file as rendered for dev.
         expect(docSample("hermes-config")).toBe(renderedFile(gatewayOf(() => {}), GATEWAY_AGENT_PATHS.hermesConfig));
         // Every start goes through the preflight, whatever the stack runs.
         expect(services.agent.command).toEqual([GATEWAY_AGENT_PATHS.hermesPreflight, "hermes", "gateway", "run"]);

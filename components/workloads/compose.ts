@@ -339,6 +339,34 @@ export function renderSessionCompose(cfg: StackConfig, images: ResolvedImages): 
     );
 }
 
+/** A try's id in its compose files, filled by the checkpoint helper (12 hex digits it chose). */
+export const TRY_PLACEHOLDER = "@TRY@";
+export const TRY_NETWORKS = ["none", "egress"] as const;
+export type TryNetwork = (typeof TRY_NETWORKS)[number];
+
+/**
+ * One try (`airlock try`): the shell's own hardened definition (image, limits, capabilities; the
+ * daemon's seccomp profile) on a writable clone of the workspace, never restarted once it stops,
+ * with no network at all (`none`) or an egress network of its own project (`egress`, under the
+ * sandbox's DNS and nftables rules like the shell's): a try reaches no session and none of the
+ * sandbox's services. The gate judges both files, as it judges the session's.
+ */
+export function renderTryCompose(cfg: StackConfig, images: ResolvedImages, network: TryNetwork): string {
+    const shell = shellService(cfg, images, `agent-try-${TRY_PLACEHOLDER}`, `${SESSION_WORKSPACES_DIR}/t-${TRY_PLACEHOLDER}`, network === "egress" ? ["egress"] : []);
+    // Quoted: a bare `no` is YAML 1.1's false, which Compose refuses for `restart`.
+    shell.restart = Object.assign(new YAML.Scalar("no"), { type: YAML.Scalar.QUOTE_DOUBLE });
+    if (network === "none") {
+        delete shell.networks;
+        shell.network_mode = "none";
+    }
+    return document(
+        ` airlock try (network ${network}) - rendered by airlock; one project per try, run by the agent's
+ rootless Docker. @TRY@ is filled by the checkpoint helper with the try's id.`,
+        { "agent-sandbox-shell": shell },
+        network === "egress" ? { networks: { egress: {} } } : {},
+    );
+}
+
 /**
  * Where the agent's rootless Docker publishes AdGuard Home on the gateway's tailnet
  * address: an unprivileged port, reached from the tailnet's port 53 through an

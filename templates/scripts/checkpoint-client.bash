@@ -4,6 +4,7 @@
 # three verbs when they are the whole command,
 #   airlock checkpoint [--label TEXT]   airlock checkpoints [--json]
 #   airlock restore ID|--label TEXT|last
+# and `airlock try ... -- COMMAND` (COMMAND in a throwaway clone of the workspace),
 # takes an automatic checkpoint before a command that matches the destructive-command
 # list, and, in per-session mode, picks the session's container. The root broker
 # does the work and checks every request as hostile.
@@ -12,6 +13,9 @@ readonly CHECKPOINT_AUTO={{autoCheckpoint}}
 readonly SESSIONS={{sessions}}
 readonly DESTRUCTIVE_RULES=/etc/airlock/destructive-commands
 readonly SESSION_NAME='^[a-z0-9][a-z0-9-]{0,30}$'
+# airlock try: its defaults and bounds (seconds; KiB of output kept at each end).
+readonly TRY_DEFAULT_TIMEOUT={{tryTimeout}} TRY_MAX_TIMEOUT={{tryMaxTimeout}}
+readonly TRY_DEFAULT_OUTPUT_KB={{tryOutputKb}} TRY_MAX_OUTPUT_KB={{tryMaxOutputKb}}
 
 # checkpoint_workspace: sets WORKSPACE and CONTAINER for this command. Shared mode:
 # the one shell. Per-session mode: AIRLOCK_SESSION names a session; without it, the
@@ -60,6 +64,40 @@ airlock_verb() {
 		VERB=(restore "workspace=${WORKSPACE}" "label=$(base64_of "$(unquoted "${BASH_REMATCH[2]}")")")
 	fi
 	((${#VERB[@]} > 0))
+}
+
+# airlock_try COMMAND: true when COMMAND is `airlock try ...`. Well formed
+# (`airlock try [--timeout SECONDS] [--network none|egress] [--output-kb N] [--keep] -- LINE`),
+# it sets TRY_TIMEOUT, TRY_NETWORK, TRY_OUTPUT_KB, TRY_KEEP and TRY_COMMAND (LINE, run as
+# the shell runs a command); otherwise TRY_USAGE says what is wrong.
+airlock_try() {
+	local rest=$1 space='[[:space:]]'
+	[[ "$rest" =~ ^${space}*airlock${space}+try(${space}.*)?$ ]] || return 1
+	rest=${BASH_REMATCH[1]}
+	TRY_TIMEOUT=$TRY_DEFAULT_TIMEOUT TRY_NETWORK=none TRY_OUTPUT_KB=$TRY_DEFAULT_OUTPUT_KB TRY_KEEP="" TRY_COMMAND="" TRY_USAGE=""
+	while true; do
+		if [[ "$rest" =~ ^${space}+--timeout(=|${space}+)([0-9]{1,7})(${space}.*)$ ]]; then
+			TRY_TIMEOUT=$((10#${BASH_REMATCH[2]})) rest=${BASH_REMATCH[3]}
+		elif [[ "$rest" =~ ^${space}+--network(=|${space}+)(none|egress)(${space}.*)$ ]]; then
+			TRY_NETWORK=${BASH_REMATCH[2]} rest=${BASH_REMATCH[3]}
+		elif [[ "$rest" =~ ^${space}+--output-kb(=|${space}+)([0-9]{1,7})(${space}.*)$ ]]; then
+			TRY_OUTPUT_KB=$((10#${BASH_REMATCH[2]})) rest=${BASH_REMATCH[3]}
+		elif [[ "$rest" =~ ^${space}+--keep(${space}.*)$ ]]; then
+			TRY_KEEP=yes rest=${BASH_REMATCH[1]}
+		elif [[ "$rest" =~ ^${space}+--${space}+(.*[^[:space:]].*)$ ]]; then
+			TRY_COMMAND=${BASH_REMATCH[1]}
+			break
+		else
+			TRY_USAGE="usage: airlock try [--timeout SECONDS] [--network none|egress] [--output-kb N] [--keep] -- COMMAND"
+			return 0
+		fi
+	done
+	if ((TRY_TIMEOUT < 1 || TRY_TIMEOUT > TRY_MAX_TIMEOUT)); then
+		TRY_USAGE="--timeout is 1 to ${TRY_MAX_TIMEOUT} seconds"
+	elif ((TRY_OUTPUT_KB < 1 || TRY_OUTPUT_KB > TRY_MAX_OUTPUT_KB)); then
+		TRY_USAGE="--output-kb is 1 to ${TRY_MAX_OUTPUT_KB}"
+	fi
+	return 0
 }
 
 # checkpoint_call VERB [KEY=VALUE...]: the broker's answer on stdout, or its refusal on stderr (status 1).

@@ -1,7 +1,7 @@
 import { ChildProcess, spawn } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { CHECKPOINT_CLIENT_PATH, DESTRUCTIVE_RULES_PATH } from "../../components/render/checkpoints";
+import { CHECKPOINT_CLIENT_PATH, DESTRUCTIVE_RULES_PATH, TRY_OUTPUT_PATH } from "../../components/render/checkpoints";
 import { BROKER_CLIENT_PATH, BROKER_PATH, BROKER_SOCKET_PATH, HERMES_CLIENT_PATH, RenderedHost, SANDBOX_WRAPPER_PATH } from "../../components/render/hosts";
 import { renderedFile } from "./stacks";
 import { isRoot, run } from "./tools";
@@ -60,6 +60,8 @@ export function installWrapperFiles(sandbox: RenderedHost, dir: string): ReturnT
     const wrapper = path.join(dir, SANDBOX_WRAPPER_PATH);
     fs.mkdirSync(path.dirname(wrapper), { recursive: true });
     fs.writeFileSync(wrapper, renderedFile(sandbox, SANDBOX_WRAPPER_PATH), { mode: 0o755 });
+    // What a try hands back of its output, beside the wrapper as on the sandbox.
+    fs.writeFileSync(path.join(dir, TRY_OUTPUT_PATH), renderedFile(sandbox, TRY_OUTPUT_PATH), { mode: 0o755 });
     return { ...files, wrapper };
 }
 
@@ -126,6 +128,10 @@ create) echo "checkpoint 7 of $2 at 2026-11-23T10:00:00Z" ;;
 list) printf 'ID  TIME (UTC)           KIND    LABEL\\n7   2026-11-23 10:00:00  manual  before\\n' ;;
 restore) echo "restored $2 to checkpoint 1 (2026-11-23T10:00:00Z); its container was recreated from its image" ;;
 session-ensure) echo "agent-$2" ;;
+try-begin) [[ " $* " != *" --keep"* ]] || touch "@DIR@/try-keep"; echo "try 0123456789ab agent-try-0123456789ab" ;;
+try-end)
+	if [[ -e "@DIR@/try-keep" && " $* " == *" --status 0 "* ]]; then echo "kept: the workspace is the try's now; the state it replaced is checkpoint 8"; else echo "discarded: the workspace is as it was"; fi
+	rm -f "@DIR@/try-keep" ;;
 esac
 `;
 
