@@ -1,6 +1,7 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { AUDIT_PROGRAM } from "../cli/audit";
 import { readStackFile } from "../components/config/load";
 import { installStubEngine, installWrapperFiles, recordEntries, startBroker, talk, TestBroker } from "./helpers/broker";
 import { egressRulesFor, inEgressNamespace } from "./helpers/egress";
@@ -67,8 +68,9 @@ async function installWrapper(stackEdit: (c: Record<string, any>) => void = () =
         fs.rmSync(path.join(dir, "engine-calls"), { force: true });
         fs.rmSync(path.join(dir, "state", "docker-args"), { force: true });
     };
-    const record = () => (fs.existsSync(path.join(files.stateDir, "record.jsonl")) ? recordEntries(path.join(files.stateDir, "record.jsonl")) : []);
-    return { invoke, calls, dockerArgs, reset, record, dir, volume, socket: files.socket };
+    const recordFile = () => path.join(files.stateDir, "record.jsonl");
+    const record = () => (fs.existsSync(recordFile()) ? recordEntries(recordFile()) : []);
+    return { invoke, calls, dockerArgs, reset, record, recordFile, dir, volume, socket: files.socket };
 }
 
 describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "systemd-socket-activate", "python3", "unshare", "nft", "ip"]))("the airlock verbs through the wrapper and the broker", () => {
@@ -153,7 +155,7 @@ describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "sys
         });
 
         it("exits with the command's status, and its changes are kept only with --keep and status 0", async () => {
-            const { invoke, calls, record } = await installWrapper();
+            const { invoke, calls, record, recordFile } = await installWrapper();
             const failed = invoke("airlock try --keep -- exit 3");
             expect(failed.status).toBe(3);
             expect(failed.stderr).toContain("airlock: try 0123456789ab: exit 3; discarded: the workspace is as it was");
@@ -175,6 +177,10 @@ describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "sys
                 ["try-begin", "ok", { keep: "yes", network: "none", timeout: "600" }, "try 0123456789ab agent-try-0123456789ab"],
                 ["try-end", "ok", { id: "0123456789ab", status: "0" }, "kept"],
             ]);
+            // The gateway's checker takes these records: the chain it pulls stays whole.
+            const verified = run("/usr/bin/python3", ["-IS", AUDIT_PROGRAM, "--config", "-", "--dir", path.dirname(recordFile()), "verify"]);
+            expect(verified.stdout + verified.stderr, "airlock-audit verify").toMatch(/records, chain intact/);
+            expect(verified.status).toBe(0);
         });
 
         it("a command past its timeout ends with 124 and its container killed", async () => {

@@ -1,4 +1,4 @@
-import { ChildProcess } from "node:child_process";
+import { ChildProcess, spawn } from "node:child_process";
 import * as crypto from "node:crypto";
 import * as fs from "node:fs";
 import * as path from "node:path";
@@ -237,6 +237,110 @@ describe.runIf(canRun)("the undo button through ssh", () => {
             expect(ssh("rm -rf /workspace/* /workspace/.[!.]*; ls -A /workspace | wc -l").stdout.trim()).toBe("0");
             expect(ssh("airlock restore 1").status).toBe(0);
             expect(ssh(`cat app/migrations/${Object.keys(migrations)[1]}`).stdout).toBe(migrations[Object.keys(migrations)[1]]);
+        });
+    });
+
+    describe("airlock try", () => {
+        beforeAll(() => useMode("shared"));
+        /** Every file of the workspace with its sha256, in order: what "byte for byte" compares. */
+        const tree = () => ssh("find /workspace -type f -print0 | sort -z | xargs -0 -r sha256sum").stdout;
+        const tryContainers = () => docker("ps", "--all", "--filter", "name=agent-try-", "--format", "{{.Names}}").stdout.trim();
+        /** ssh without waiting: for tries that run at once. */
+        function sshAsync(command: string): Promise<{ status: number | null; stdout: string; stderr: string }> {
+            const args = ["netns", "exec", net.client, "ssh", ...agentSshArgs({ config: gatewayConfig, address: net.serverTailnet, user: AGENT, key: clientKey, dir: clientDir }), "sandbox", command];
+            return new Promise((resolve) => {
+                const child = spawn("ip", args, { env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: clientDir } });
+                let stdout = "";
+                let stderr = "";
+                child.stdout.on("data", (d) => (stdout += d));
+                child.stderr.on("data", (d) => (stderr += d));
+                child.on("close", (status) => resolve({ status, stdout, stderr }));
+            });
+        }
+
+        it("a passing try with --keep promotes its changes, and the state it replaced is a checkpoint", () => {
+            expect(ssh("mkdir -p /workspace/proj && echo 'v1' > /workspace/proj/lib.txt").status).toBe(0);
+            const kept = ssh("airlock try --keep -- echo v2 > proj/lib.txt && grep -q v2 proj/lib.txt");
+            expect(kept.status, kept.stderr).toBe(0);
+            expect(kept.stderr).toMatch(/^airlock: try [0-9a-f]{12}: exit 0; kept: the workspace is the try's now; the state it replaced is checkpoint (\d+)$/m);
+            expect(ssh("cat /workspace/proj/lib.txt").stdout).toBe("v2\n");
+            const before = Number(/checkpoint (\d+)$/m.exec(kept.stderr)![1]);
+            const listed = JSON.parse(ssh("airlock checkpoints --json").stdout) as { id: number; kind: string }[];
+            expect(listed.find((c) => c.id === before)?.kind).toBe("pre-try");
+            expect(tryContainers()).toBe("");
+        });
+
+        it("a failing try leaves the workspace byte for byte as it was, whatever it did, and its container is gone", () => {
+            const before = tree();
+            expect(before).toContain("/workspace/proj/lib.txt");
+            const failed = ssh("airlock try --keep -- rm -rf /workspace/* && echo junk > /workspace/new.txt && exit 3");
+            expect(failed.status).toBe(3);
+            expect(failed.stderr).toMatch(/exit 3; discarded: the workspace is as it was/);
+            expect(tree()).toBe(before);
+            const unkept = ssh("airlock try -- echo changed > proj/lib.txt");
+            expect(unkept.status).toBe(0);
+            expect(tree()).toBe(before);
+            expect(tryContainers()).toBe("");
+        });
+
+        it("with no network, a test that opens a connection fails to connect; egress gives it the shell's network", () => {
+            const none = ssh("airlock try -- ls /sys/class/net; exec 3<>/dev/tcp/198.18.7.2/53");
+            expect(none.stdout.trim()).toBe("lo");
+            expect(none.status).not.toBe(0);
+            expect(none.stdout + none.stderr).toMatch(/Network is unreachable/);
+            const egress = ssh("airlock try --network egress -- ls /sys/class/net");
+            expect(egress.status, egress.stderr).toBe(0);
+            expect(egress.stdout.split("\n")).toContain("eth0");
+        });
+
+        it("an endless loop is killed at the timeout, and its container is gone", () => {
+            const started = Date.now();
+            const looped = ssh("airlock try --timeout 3 -- while true; do :; done");
+            expect(looped.status).toBe(124);
+            expect(looped.stderr).toMatch(/timed out after 3 s; its container was killed/);
+            expect(Date.now() - started).toBeLessThan(60_000);
+            expect(tryContainers()).toBe("");
+        });
+
+        it("a fork bomb stops at the shell's pids limit, and the timeout ends it", () => {
+            const bomb = ssh("airlock try --timeout 10 -- for i in $(seq 1 400); do sleep 60 & done; wait");
+            expect(bomb.stdout + bomb.stderr).toMatch(/fork: (retry: )?Resource temporarily unavailable/);
+            expect(bomb.status).toBe(124);
+            expect(tryContainers()).toBe("");
+        });
+
+        it("100 MB of output comes back as its head and tail within the limit", () => {
+            const flood = ssh("airlock try --output-kb 4 -- head -c 100000000 /dev/zero | tr '\\0' a; echo; echo the end");
+            expect(flood.status, flood.stderr).toBe(0);
+            expect(flood.stdout.length).toBeLessThan(2 * 4096 + 200);
+            expect(flood.stdout.startsWith("aaaa")).toBe(true);
+            expect(flood.stdout.endsWith("the end\n")).toBe(true);
+            expect(flood.stdout).toMatch(/\[airlock: 99991\d\d\d bytes of output cut here; the first and last 4 KiB are shown\]/);
+        });
+
+        it("two tries at once do not see each other's clones", async () => {
+            const [a, b] = await Promise.all([
+                sshAsync("airlock try -- touch /workspace/from-a && sleep 3 && ls /workspace"),
+                sshAsync("airlock try -- touch /workspace/from-b && sleep 3 && ls /workspace"),
+            ]);
+            expect(a.status, a.stderr).toBe(0);
+            expect(b.status, b.stderr).toBe(0);
+            expect(a.stdout.split("\n")).toContain("from-a");
+            expect(a.stdout.split("\n")).not.toContain("from-b");
+            expect(b.stdout.split("\n")).toContain("from-b");
+            expect(b.stdout.split("\n")).not.toContain("from-a");
+            expect(ssh("ls /workspace").stdout.split("\n")).not.toContain("from-a");
+        });
+
+        it("every try is on the record: the command, its settings, its exit status and whether it was kept", () => {
+            const entries = recordEntries(broker!.recordFile);
+            const ends = entries.filter((e) => e.kind === "verb" && e.verb === "try-end" && e.outcome === "ok");
+            expect(ends.length).toBeGreaterThanOrEqual(8);
+            expect(ends.some((e) => e.args.status === "0" && e.detail.startsWith("kept:"))).toBe(true);
+            expect(ends.some((e) => e.args.status === "124" && e.detail.startsWith("discarded"))).toBe(true);
+            const begins = entries.filter((e) => e.kind === "verb" && e.verb === "try-begin" && e.outcome === "ok");
+            expect(begins.some((e) => e.args.network === "egress")).toBe(true);
+            expect(entries.some((e) => e.kind === "begin" && e.command === "airlock try --timeout 3 -- while true; do :; done")).toBe(true);
         });
     });
 

@@ -3,7 +3,7 @@ import * as path from "node:path";
 import { StackConfig } from "../../components/config/schema";
 import { CHECKPOINT_ENGINE_PATH, checkpointsConfig } from "../../components/render/checkpoints";
 import { RenderedHost } from "../../components/render/hosts";
-import { renderSandboxCompose, renderSessionCompose, SESSION_WORKSPACES_DIR } from "../../components/workloads/compose";
+import { renderSandboxCompose, renderSessionCompose, renderTryCompose, SESSION_WORKSPACES_DIR, TRY_NETWORKS } from "../../components/workloads/compose";
 import { attachLoop, LoopDevice, mountsUnder, unmountUnder } from "./btrfs";
 import { importTestImage, startDockerd, TestDocker } from "./dockerd";
 import { engineOnHostTools } from "./hostTools";
@@ -113,6 +113,11 @@ export async function startCheckpointRig(cfg: StackConfig, sandbox: RenderedHost
         fs.writeFileSync(compose, renderSandboxCompose(cfg, images).replaceAll("@TAILNET_IPV4@", "127.0.0.1").replace("- /workspace:/workspace", `- ${dirs.link}:/workspace`));
         const sessionCompose = path.join(work, "compose.session.yml.in");
         fs.writeFileSync(sessionCompose, renderSessionCompose(cfg, images).replaceAll(`${SESSION_WORKSPACES_DIR}/`, `${dirs.workspaces}/`));
+        const tryCompose: Record<string, string> = {};
+        for (const network of TRY_NETWORKS) {
+            tryCompose[network] = path.join(work, `compose.try-${network}.yml.in`);
+            fs.writeFileSync(tryCompose[network], renderTryCompose(cfg, images, network).replaceAll(`${SESSION_WORKSPACES_DIR}/`, `${dirs.workspaces}/`));
+        }
         const up = run("docker-compose", ["--project-name", "airlock", "--file", compose, "up", "--detach"], { env: docker.env, timeout: 180_000 });
         if (up.status !== 0) throw new Error(`docker-compose up: ${up.stderr}`);
 
@@ -125,6 +130,7 @@ export async function startCheckpointRig(cfg: StackConfig, sandbox: RenderedHost
             workspacesMount: dirs.workspaces,
             runDir: path.join(work, "run"),
             sessionCompose,
+            tryCompose,
             shell: { ...base.shell, composeFile: compose },
         };
         const configure = (changes: Record<string, unknown>) => {
