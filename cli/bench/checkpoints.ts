@@ -2,8 +2,10 @@
  * The undo button's cost: checkpoint and restore latency of the real engine on a
  * btrfs volume (a loop device) for workspaces of 100 MiB, 1 GiB and 4 GiB (100 KiB
  * files: 1,000 / 10,000 / 40,000 of them), restore including the recreation of the
- * shell container on the test dockerd; and the first command of a new session
- * against a plain one, through the rendered wrapper and the root broker. Needs root
+ * shell container on the test dockerd; a try's fixed cost (the engine's clone, container
+ * and removal at each size, and `airlock try -- true` through the wrapper); and the
+ * first command of a new session against a plain one, through the rendered wrapper and
+ * the root broker. Needs root
  * (loop devices, dockerd); the test rig builds what the e2e tests use.
  */
 import * as crypto from "node:crypto";
@@ -26,12 +28,14 @@ export interface WorkspaceSize {
     restore: Series;
     /** `btrfs subvolume snapshot -r` alone: the part of a checkpoint that is btrfs's. */
     snapshot: Series;
+    /** A try's begin and end in the engine (clone, its container up, then down and the clone thrown away). */
+    tryEngine: Series;
 }
 
 export interface CheckpointCost {
     sizes: WorkspaceSize[];
     /** One command (`true`) through the wrapper as the agent, no ssh. */
-    commands: { plain: Series; plainNoAuto: Series; sessionWarm: Series; sessionCold: Series };
+    commands: { plain: Series; plainNoAuto: Series; sessionWarm: Series; sessionCold: Series; tried: Series };
     /** When, and under what load, when measured on its own (`--only checkpoints`). */
     measured?: { date: string; loadAverage: number };
 }
@@ -140,7 +144,18 @@ export async function checkpointCost(log: (line: string) => void): Promise<Check
             log(`  btrfs snapshot alone at ${size.label} (beside each checkpoint): p50 ${snapshot.p50.toFixed(1)} ms, p95 ${snapshot.p95.toFixed(1)} ms`);
             for (let i = 0; i < 21; i++) run("btrfs", ["subvolume", "delete", path.join(rig.dirs.volume, `bench-${sizes.length}-${i}`)]);
             const restore = timed(`restore at ${size.label}`, 9, () => rig.ckpt("restore", "shared", "--last"), touch, log);
-            sizes.push({ ...size, files, checkpoint, restore, snapshot });
+            const tryEngine = timed(
+                `try at ${size.label} (the engine's begin and end)`,
+                9,
+                () => {
+                    const begun = rig.ckpt("try-begin", "shared", "--timeout", "60", "--network", "none");
+                    if (begun.status !== 0) return begun;
+                    return rig.ckpt("try-end", "shared", "--id", begun.stdout.split(" ")[1], "--status", "1");
+                },
+                touch,
+                log,
+            );
+            sizes.push({ ...size, files, checkpoint, restore, snapshot, tryEngine });
         }
 
         // The wrapper as sshd runs it (no ssh: that cost is in the command series), with the broker and the
@@ -160,15 +175,16 @@ export async function checkpointCost(log: (line: string) => void): Promise<Check
             cleanup.push(() => broker.stop());
             wrappers[name] = wrapper;
         }
-        const wrapper = (which: string, env: Record<string, string> = {}) =>
-            run("ip", ["netns", "exec", net.server, "runuser", "-u", USER, "--", "env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "SSH_ORIGINAL_COMMAND=true", "SSH_CONNECTION=100.100.7.2 40000 100.100.7.1 22", ...Object.entries(env).map(([k, v]) => `${k}=${v}`), wrappers[which]], { timeout: 120_000 });
+        const wrapper = (which: string, env: Record<string, string> = {}, command = "true") =>
+            run("ip", ["netns", "exec", net.server, "runuser", "-u", USER, "--", "env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", `SSH_ORIGINAL_COMMAND=${command}`, "SSH_CONNECTION=100.100.7.2 40000 100.100.7.1 22", ...Object.entries(env).map(([k, v]) => `${k}=${v}`), wrappers[which]], { timeout: 120_000 });
         const none = () => {};
         const plain = timed("plain command (shared, automatic checkpoints on)", 40, () => wrapper("plain"), none, log);
         const plainNoAuto = timed("plain command (shared, automatic checkpoints off)", 40, () => wrapper("plainNoAuto"), none, log);
         wrapper("session", { AIRLOCK_SESSION: "warm" });
         const sessionWarm = timed("command in a running session", 40, () => wrapper("session", { AIRLOCK_SESSION: "warm" }), none, log);
         const sessionCold = timed("first command of a new session", 9, (i) => wrapper("session", { AIRLOCK_SESSION: `cold-${i}` }), none, log);
-        return { sizes, commands: { plain, plainNoAuto, sessionWarm, sessionCold } };
+        const tried = timed("airlock try -- true (shared, 4 GiB workspace)", 9, () => wrapper("plainNoAuto", {}, "airlock try -- true"), none, log);
+        return { sizes, commands: { plain, plainNoAuto, sessionWarm, sessionCold, tried } };
     } finally {
         for (const undo of cleanup.reverse()) await undo();
     }
