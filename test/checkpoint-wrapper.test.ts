@@ -172,9 +172,11 @@ describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "sys
             expect(verbs).toEqual([
                 ["try-begin", "started", { keep: "yes", network: "none", timeout: "600" }, ""],
                 ["try-begin", "ok", { keep: "yes", network: "none", timeout: "600" }, "try 0123456789ab agent-try-0123456789ab"],
+                ["try-end", "started", { id: "0123456789ab", status: "3" }, ""],
                 ["try-end", "ok", { id: "0123456789ab", status: "3" }, "discarded"],
                 ["try-begin", "started", { keep: "yes", network: "none", timeout: "600" }, ""],
                 ["try-begin", "ok", { keep: "yes", network: "none", timeout: "600" }, "try 0123456789ab agent-try-0123456789ab"],
+                ["try-end", "started", { id: "0123456789ab", status: "0" }, ""],
                 ["try-end", "ok", { id: "0123456789ab", status: "0" }, "kept"],
             ]);
             // The gateway's checker takes these records: the chain it pulls stays whole.
@@ -200,6 +202,13 @@ describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "sys
             expect(result.stdout.startsWith("1\n2\n3\n")).toBe(true);
             expect(result.stdout.endsWith("999999\n1000000\n")).toBe(true);
             expect(result.stdout).toMatch(/\[airlock: \d+ bytes of output cut here; the first and last 1 KiB are shown\]/);
+        });
+
+        it("only the connection that began a try may end it", async () => {
+            const { socket, calls } = await installWrapper();
+            const { lines } = talk(socket, "try-end workspace=shared id=0123456789ab status=0\n");
+            expect(lines).toEqual(["error that try was not begun on this connection"]);
+            expect(calls()).toEqual([]);
         });
 
         it("a try the broker refuses is 125 and nothing runs", async () => {
