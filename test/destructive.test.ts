@@ -17,7 +17,7 @@ const RULES = path.join(REPO, "templates/checkpoints/destructive-commands");
 /** The wrapper's client as rendered, reading `rules` instead of /etc/airlock/destructive-commands. */
 function client(rules: string): string {
     const file = path.join(tempDir("client"), "checkpoint-client.bash");
-    const text = renderTemplate("scripts/checkpoint-client.bash", { autoCheckpoint: "true", sessions: "shared" });
+    const text = renderTemplate("scripts/checkpoint-client.bash", { autoCheckpoint: "true", sessions: "shared", tryTimeout: "600", tryMaxTimeout: "3600", tryOutputKb: "64", tryMaxOutputKb: "1024" });
     if (!text.includes(`DESTRUCTIVE_RULES=${DESTRUCTIVE_RULES_PATH}\n`)) throw new Error("client: rules path not found");
     fs.writeFileSync(file, text.replace(`DESTRUCTIVE_RULES=${DESTRUCTIVE_RULES_PATH}\n`, `DESTRUCTIVE_RULES=${rules}\n`));
     return file;
