@@ -63,7 +63,6 @@ type JsonSchema = {
     properties?: Record<string, JsonSchema>;
     required?: string[];
     additionalProperties?: JsonSchema | boolean;
-    propertyNames?: JsonSchema;
     items?: JsonSchema;
     anyOf?: JsonSchema[];
     minimum?: number;
@@ -89,7 +88,7 @@ function typeOf(schema: JsonSchema, nested = false): string {
         case "integer":
             return range("integer");
         case "number":
-            return schema.minimum !== undefined ? range("number") : "number";
+            return range("number");
         case "boolean":
             return "boolean";
         case "string":
