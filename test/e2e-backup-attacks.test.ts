@@ -44,7 +44,7 @@ describe.runIf(canRun)("attacks on the backups", () => {
                     `\\! sh -c 'id > ${rig.marks}/psql-meta-command; env >> ${rig.marks}/psql-meta-command'`,
                     "CREATE TABLE items (id int); INSERT INTO items VALUES (1);",
                     "CREATE SCHEMA audit; CREATE TABLE audit.events (at int); INSERT INTO audit.events VALUES (1);",
-                    `COPY (SELECT 1) TO PROGRAM 'id > ${rig.marks}/copy-to-program; env >> ${rig.marks}/copy-to-program';`,
+                    `COPY (SELECT 1) TO PROGRAM 'cat >/dev/null; id > ${rig.marks}/copy-to-program; env >> ${rig.marks}/copy-to-program';`,
                     "",
                 ].join("\n"),
             );
@@ -68,7 +68,7 @@ describe.runIf(canRun)("attacks on the backups", () => {
                 sql: `CREATE FUNCTION pwn() RETURNS boolean LANGUAGE plpgsql AS $f$
                       BEGIN
                         IF current_database() <> 'hostile_copy' THEN
-                          EXECUTE format('COPY (SELECT 1) TO PROGRAM %L', 'id > MARKS/custom-copy-' || current_database() || '; env >> MARKS/custom-copy-' || current_database());
+                          EXECUTE format('COPY (SELECT 1) TO PROGRAM %L', 'cat >/dev/null; id > MARKS/custom-copy-' || current_database() || '; env >> MARKS/custom-copy-' || current_database());
                         END IF;
                         RETURN true;
                       END $f$;
@@ -98,7 +98,7 @@ describe.runIf(canRun)("attacks on the backups", () => {
                 name: "a superuser-only object: an event trigger that runs COPY ... TO PROGRAM on DDL",
                 sql: `CREATE FUNCTION pwn() RETURNS event_trigger LANGUAGE plpgsql AS $f$
                       BEGIN
-                        EXECUTE format('COPY (SELECT 1) TO PROGRAM %L', 'id > MARKS/custom-event-' || current_database());
+                        EXECUTE format('COPY (SELECT 1) TO PROGRAM %L', 'cat >/dev/null; id > MARKS/custom-event-' || current_database());
                       END $f$;
                       CREATE EVENT TRIGGER pwn ON ddl_command_end EXECUTE FUNCTION pwn();
                       CREATE TABLE items (id int);`,
@@ -193,7 +193,7 @@ describe.runIf(canRun)("attacks on the backups", () => {
         const pids: string[] = [];
         try {
             rig.backupAll(repo, { AIRLOCK_SANDBOX_EXEC: `runuser -u nobody -- ${ssh}` });
-            pids.push(...fs.readdirSync(rig.marks).map((f) => fs.readFileSync(path.join(rig.marks, f), "utf8").trim()));
+            pids.push(...fs.readdirSync(rig.marks).filter((f) => f.startsWith("master-")).map((f) => fs.readFileSync(path.join(rig.marks, f), "utf8").trim()));
             expect(pids.length).toBe(2);
             for (const pid of pids) {
                 expect(fs.readFileSync(`/proc/${pid}/status`, "utf8")).toMatch(/^Uid:\s+65534\s/m);
