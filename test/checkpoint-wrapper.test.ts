@@ -127,6 +127,10 @@ describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "sys
             ["airlock try -- test -d /", "try-begin shared --timeout 600 --network none", "test -d /"],
             ["airlock try --timeout 30 --network egress -- true && echo passed", "try-begin shared --timeout 30 --network egress", "true && echo passed"],
             ["  airlock  try --keep --timeout=5 --output-kb 2 --  true -x ", "try-begin shared --timeout 5 --network none --keep", "true -x"],
+            // A line quoted whole, as a model writes it after `bash -c`: the quotes come off, as a shell takes them.
+            ["airlock try -- 'test -d / && echo passed'", "try-begin shared --timeout 600 --network none", "test -d / && echo passed"],
+            ['airlock try -- "test -d /"', "try-begin shared --timeout 600 --network none", "test -d /"],
+            ["airlock try -- 'test' -d '/'", "try-begin shared --timeout 600 --network none", "'test' -d '/'"],
         ])("%s: a try with those settings, the line after -- run in its container", async (command, begin, line) => {
             const { invoke, calls, dockerArgs } = await installWrapper();
             const result = invoke(command);

@@ -301,6 +301,22 @@ describe.runIf(canRun)(`Hermes Agent ${HERMES_VERSION} as the gateway runs it`, 
         expect(ranInContainer.filter((c) => /airlock (checkpoint|restore)/.test(c))).toEqual([]);
     }, 180_000);
 
+    it("a test step Hermes sends as the runtime is told to, `airlock try`, runs in the try's container, on the record, and the engine discards its clone", () => {
+        const hint: string = YAML.parse(fs.readFileSync(managedFile(GATEWAY_AGENT_PATHS.hermesConfig), "utf8")).agent.environment_hint;
+        expect(hint).toContain("`airlock try --timeout 600 -- {command}`");
+        const before = record().length;
+        const callsBefore = engineCalls().length;
+        const ran = agentRuns(["airlock try --timeout 600 -- 'echo tried in $STUB_CONTAINER; exit 3'"]);
+        expect(ran.status, ran.stderr).toBe(0);
+        // Hermes hands the model the try's output and its verdict (the stub engine's clone: agent-try-0123456789ab).
+        expect(ran.stdout).toContain("tried in agent-try-0123456789ab");
+        expect(engineCalls().slice(callsBefore)).toEqual(["try-begin shared --timeout 600 --network none", "try-end shared --id 0123456789ab --status 3"]);
+        const begins = record().slice(before).filter((e) => e.kind === "begin");
+        const tried = begins.find((e) => String(e.command).includes("airlock try --timeout 600"));
+        expect(tried, JSON.stringify(begins.map((e) => e.command))).toBeDefined();
+        expect(record().find((e) => e.kind === "end" && e.of === tried!.seq)).toMatchObject({ exit: 3 });
+    }, 180_000);
+
     it.each<[string, string, number]>([
         ["its node's tailnet address, as airlock-sandbox-address writes it once the sandbox joined", SANDBOX_TAILNET, 0],
         ["an address outside the tailnet", "192.0.2.1", 78],

@@ -30,6 +30,8 @@ export interface WorkspaceSize {
     snapshot: Series;
     /** A try's begin and end in the engine (clone, its container up, then down and the clone thrown away). */
     tryEngine: Series;
+    /** How long btrfs's cleaner then took to drop the try's clone (`btrfs subvolume sync`), off the try's path. */
+    tryCleaner: Series;
 }
 
 export interface CheckpointCost {
@@ -115,6 +117,14 @@ export async function checkpointCost(log: (line: string) => void): Promise<Check
         rig.configure({ sessions: { ...rig.config.sessions, max: 64 } });
         const workspace = path.join(rig.dirs.workspaces, "shared");
 
+        // Waits for btrfs's cleaner to drop what deleted subvolumes held, so a sample never pays
+        // for the one before it (with quotas on, a 4 GiB backlog makes every commit wait seconds).
+        const settle = () => {
+            const started = performance.now();
+            const synced = run("btrfs", ["subvolume", "sync", rig.dirs.volume]);
+            if (synced.status !== 0) throw new Error(`btrfs subvolume sync: ${synced.stderr.trim()}`);
+            return performance.now() - started;
+        };
         const sizes: WorkspaceSize[] = [];
         for (const size of SIZES) {
             log(`filling the workspace to ${size.label}...`);
@@ -143,7 +153,9 @@ export async function checkpointCost(log: (line: string) => void): Promise<Check
             const snapshot = series(bare);
             log(`  btrfs snapshot alone at ${size.label} (beside each checkpoint): p50 ${snapshot.p50.toFixed(1)} ms, p95 ${snapshot.p95.toFixed(1)} ms`);
             for (let i = 0; i < 21; i++) run("btrfs", ["subvolume", "delete", path.join(rig.dirs.volume, `bench-${sizes.length}-${i}`)]);
-            const restore = timed(`restore at ${size.label}`, 9, () => rig.ckpt("restore", "shared", "--last"), touch, log);
+            log(`  btrfs's cleaner after deleting the 21 bare snapshots: ${settle().toFixed(0)} ms`);
+            const restore = timed(`restore at ${size.label}`, 9, () => rig.ckpt("restore", "shared", "--last"), (i) => (touch(i), settle()), log);
+            const cleaned: number[] = [];
             const tryEngine = timed(
                 `try at ${size.label} (the engine's begin and end)`,
                 9,
@@ -152,10 +164,15 @@ export async function checkpointCost(log: (line: string) => void): Promise<Check
                     if (begun.status !== 0) return begun;
                     return rig.ckpt("try-end", "shared", "--id", begun.stdout.split(" ")[1], "--status", "1");
                 },
-                touch,
+                (i) => {
+                    touch(i);
+                    cleaned.push(settle());
+                },
                 log,
             );
-            sizes.push({ ...size, files, checkpoint, restore, snapshot, tryEngine });
+            const tryCleaner = series([...cleaned.slice(1), settle()]);
+            log(`  btrfs's cleaner after each try at ${size.label}: p50 ${tryCleaner.p50.toFixed(1)} ms`);
+            sizes.push({ ...size, files, checkpoint, restore, snapshot, tryEngine, tryCleaner });
         }
 
         // The wrapper as sshd runs it (no ssh: that cost is in the command series), with the broker and the
@@ -183,7 +200,7 @@ export async function checkpointCost(log: (line: string) => void): Promise<Check
         wrapper("session", { AIRLOCK_SESSION: "warm" });
         const sessionWarm = timed("command in a running session", 40, () => wrapper("session", { AIRLOCK_SESSION: "warm" }), none, log);
         const sessionCold = timed("first command of a new session", 9, (i) => wrapper("session", { AIRLOCK_SESSION: `cold-${i}` }), none, log);
-        const tried = timed("airlock try -- true (shared, 4 GiB workspace)", 9, () => wrapper("plainNoAuto", {}, "airlock try -- true"), none, log);
+        const tried = timed("airlock try -- true (shared, 4 GiB workspace)", 9, () => wrapper("plainNoAuto", {}, "airlock try -- true"), () => settle(), log);
         return { sizes, commands: { plain, plainNoAuto, sessionWarm, sessionCold, tried } };
     } finally {
         for (const undo of cleanup.reverse()) await undo();

@@ -69,7 +69,7 @@ airlock_verb() {
 # airlock_try COMMAND: true when COMMAND is `airlock try ...`. Well formed
 # (`airlock try [--timeout SECONDS] [--network none|egress] [--output-kb N] [--keep] -- LINE`),
 # it sets TRY_TIMEOUT, TRY_NETWORK, TRY_OUTPUT_KB, TRY_KEEP and TRY_COMMAND (LINE, run as
-# the shell runs a command); otherwise TRY_USAGE says what is wrong.
+# the shell runs a command; `-- 'LINE'` is LINE); otherwise TRY_USAGE says what is wrong.
 airlock_try() {
 	local rest=$1 space='[[:space:]]'
 	[[ "$rest" =~ ^${space}*airlock${space}+try(${space}.*)?$ ]] || return 1
@@ -84,8 +84,9 @@ airlock_try() {
 			TRY_OUTPUT_KB=$((10#${BASH_REMATCH[2]})) rest=${BASH_REMATCH[3]}
 		elif [[ "$rest" =~ ^${space}+--keep(${space}.*)$ ]]; then
 			TRY_KEEP=yes rest=${BASH_REMATCH[1]}
-		elif [[ "$rest" =~ ^${space}+--${space}+(.*[^[:space:]].*)$ ]]; then
-			TRY_COMMAND=${BASH_REMATCH[1]}
+		elif [[ "$rest" =~ ^${space}+--${space}+(.*[^[:space:]])${space}*$ ]]; then
+			# One pair of quotes around the whole line comes off, as a shell would take them.
+			TRY_COMMAND=$(unquoted "${BASH_REMATCH[1]}")
 			break
 		else
 			TRY_USAGE="usage: airlock try [--timeout SECONDS] [--network none|egress] [--output-kb N] [--keep] -- COMMAND"
