@@ -1,12 +1,14 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
+import picomatch from "picomatch";
 import * as YAML from "yaml";
 import { ConfigError } from "../policies/contract";
 import { found } from "../policies/engine/describeIssue";
 import type { Finding } from "../policies/engine/finding";
 import { ArtifactKind, judgeCloudInit, judgeCompose, judgeResources, judgeSshd, parseRuleOf } from "../policies/engine/judge";
 import type { PlannedResourceLike } from "../policies/engine/resource";
-import { enforce, loadPolicy, Policy } from "../policies/policy";
+import { applyInlineSuppressions } from "../policies/engine/suppressions";
+import { ALL_RULES, enforce, loadPolicy, Policy } from "../policies/policy";
 
 /** `airlock check` and `gate --preview`: judging files, without Pulumi (fast start). */
 
@@ -103,15 +105,34 @@ export function readInput(file: string, kind: CheckKind | undefined): string {
     return text.replace(/^\uFEFF/, "");
 }
 
+/** A file's findings: read within its kind's limit, its inline suppressions applied, then the policy's levels. */
 export function checkFile(file: string, kind: CheckKind | undefined, policy: Policy = loadPolicy()): Finding[] {
-    return enforce(judgeFile(file, kind, policy.context), policy);
-}
-
-function judgeFile(file: string, kind: CheckKind | undefined, ctx: Policy["context"]): Finding[] {
     let text = readInput(file, kind);
     const resolved = kind ?? detectKind(file, text);
     if (resolved === undefined) throw new ConfigError([`${file}: cannot tell whether this is compose, sshd, cloud-init or a preview; pass --kind`]);
     if (kind === undefined) text = readInput(file, resolved); // now the kind's own limit applies
+    return checkText(file, text, resolved, policy);
+}
+
+/** What `check -` judges: standard input, named so in its findings. */
+export const STDIN_NAME = "<stdin>";
+
+const RULE_IDS = new Set(ALL_RULES.map((r) => r.id));
+
+/**
+ * Findings of `text` (the content of `file`, or of standard input), with its inline
+ * suppressions applied (`# airlock: ignore[rule] reason`; a preview has no comments),
+ * then the policy's levels.
+ */
+export function checkText(file: string, text: string, kind: CheckKind | undefined, policy: Policy): Finding[] {
+    const resolved = kind ?? detectKind(file === STDIN_NAME ? "stdin.yaml" : file, text) ?? (/^\s*[{[]/.test(text) ? "preview" : undefined);
+    if (resolved === undefined) throw new ConfigError([`${file}: cannot tell whether this is compose, sshd, cloud-init or a preview; pass --kind`]);
+    if (Buffer.byteLength(text) > MAX_INPUT_BYTES[resolved]) throw new ConfigError([`${file}: more than the ${MAX_INPUT_BYTES[resolved] / 2 ** 20} MiB airlock judges for ${resolved}; refusing it`]);
+    const judged = judgeText(file, text, resolved, policy.context);
+    return enforce(resolved === "preview" ? judged : applyInlineSuppressions(judged, file, text, RULE_IDS), policy);
+}
+
+function judgeText(file: string, text: string, resolved: CheckKind, ctx: Policy["context"]): Finding[] {
     if (text.trim() === "") return [emptyFinding(resolved, file)];
     switch (resolved) {
         case "compose":
@@ -164,3 +185,47 @@ export function locateInPreview(findings: Finding[], file: string, text: string)
         return { ...f, file, line: (urn && lines.get(urn)) || 1, ...(within.length > 0 ? { within } : {}) };
     });
 }
+
+/** Folders a walk never enters: version control and installed dependencies. */
+const NEVER_WALKED = new Set([".git", "node_modules"]);
+
+/**
+ * The files under `dir` that `check` judges, sorted: those whose kind their name or
+ * content tells (a `.json` only when it holds a preview's `steps` or a stack export's
+ * `deployment`), minus what an ignore glob matches (relative to `dir`). Symbolic links
+ * are not followed.
+ */
+export function filesInTree(dir: string, ignores: string[]): string[] {
+    const ignored = ignores.length > 0 ? picomatch(ignores, { dot: true }) : () => false;
+    const found: string[] = [];
+    const walk = (at: string) => {
+        for (const entry of fs.readdirSync(at, { withFileTypes: true }).sort((a, b) => a.name.localeCompare(b.name))) {
+            const file = path.join(at, entry.name);
+            const relative = path.relative(dir, file).split(path.sep).join("/");
+            if (ignored(relative) || (entry.isDirectory() && ignored(`${relative}/`))) continue;
+            if (entry.isDirectory()) {
+                if (!NEVER_WALKED.has(entry.name)) walk(file);
+            } else if (entry.isFile() && judgedInTree(file)) found.push(file);
+        }
+    };
+    walk(dir);
+    return found;
+}
+
+/** Names worth opening in a walk; what they hold decides. */
+const CANDIDATE = /(\.(ya?ml|json|cfg|conf|in)$|(^|[._-])sshd_config([._-][\w.-]*)?$|^user[-_]?data$)/i;
+
+function judgedInTree(file: string): boolean {
+    if (!CANDIDATE.test(path.basename(file))) return false;
+    let text: string;
+    try {
+        if (fs.statSync(file).size > Math.max(...Object.values(MAX_INPUT_BYTES))) return detectKind(file, "") !== undefined; // named for its kind: refused as too large
+        text = fs.readFileSync(file, "utf8");
+    } catch {
+        return true; // unreadable: reported as such
+    }
+    const kind = detectKind(file, text);
+    if (kind !== "preview") return kind !== undefined;
+    return /"(steps|deployment)"\s*:/.test(text.slice(0, 65536));
+}
+

@@ -40,17 +40,44 @@ export function packageVersion(): string {
  * returns the exit code (advisory findings do not fail). `clean`: the line a person
  * gets when there is nothing to report.
  */
-export function report(findings: Finding[], format: Format | boolean | undefined, extra: Record<string, unknown> = {}, clean?: string, policy?: Policy): number {
+export function report(findings: Finding[], format: Format | boolean | undefined, extra: Record<string, unknown> = {}, clean?: string, policy?: Policy, sarif?: { category: string }): number {
     const as: Format = format === true ? "json" : format === false || format === undefined ? "text" : format;
     const violations = failing(findings).length;
+    const shown = findings.filter((f) => !f.suppressed);
+    const suppressed = findings.length - shown.length;
+    const suppressedNote = suppressed > 0 ? `${suppressed} suppressed (--format json lists them)` : "";
     if (as === "sarif") {
         // Loaded only for SARIF output.
         const { toSarif } = require("./sarif") as typeof import("./sarif");
-        process.stdout.write(`${JSON.stringify(toSarif(findings, policy ?? loadPolicy(), packageVersion(), Array.isArray(extra.errors) ? (extra.errors as string[]) : []), null, 2)}\n`);
+        const log = toSarif(findings, policy ?? loadPolicy(), packageVersion(), Array.isArray(extra.errors) ? (extra.errors as string[]) : [], sarif?.category ?? "airlock/");
+        process.stdout.write(`${JSON.stringify(log, null, 2)}\n`);
     } else if (as === "json") process.stdout.write(`${JSON.stringify({ ...extra, violations, findings }, null, 2)}\n`);
-    else if (findings.length > 0) {
-        for (const f of findings) process.stdout.write(`${formatFinding(f)}\n`);
-        process.stdout.write(`${violations} violation${violations === 1 ? "" : "s"}${findings.length > violations ? `, ${findings.length - violations} advisory` : ""}\n`);
-    } else if (clean) process.stdout.write(`${clean}\n`);
+    else if (shown.length > 0) {
+        for (const f of shown) process.stdout.write(`${formatFinding(f)}\n`);
+        const advisory = shown.length - violations;
+        process.stdout.write(`${[`${violations} violation${violations === 1 ? "" : "s"}`, advisory > 0 ? `${advisory} advisory` : "", suppressedNote].filter(Boolean).join(", ")}\n`);
+    } else if (clean) process.stdout.write(`${clean}${suppressedNote ? ` (${suppressedNote})` : ""}\n`);
+    else if (suppressedNote) process.stdout.write(`${suppressedNote}\n`);
     return violations > 0 ? EXIT.violations : EXIT.clean;
+}
+
+/** The folder holding `.git` above `from` (the repository's root), else `from` itself. */
+export function repositoryRoot(from: string = process.cwd()): string {
+    const cached = roots.get(from);
+    if (cached) return cached;
+    for (let dir = path.resolve(from); ; dir = path.dirname(dir)) {
+        const found = fs.existsSync(path.join(dir, ".git")) ? dir : path.dirname(dir) === dir ? path.resolve(from) : undefined;
+        if (found) {
+            roots.set(from, found);
+            return found;
+        }
+    }
+}
+const roots = new Map<string, string>();
+
+/** A file as the repository names it (relative to its root, with /), for fingerprints and SARIF; absolute when outside it. */
+export function relativeToRepository(file: string): string {
+    if (file === "<stdin>") return file;
+    const relative = path.relative(repositoryRoot(), path.resolve(file));
+    return relative.startsWith("..") || path.isAbsolute(relative) ? path.resolve(file) : relative.split(path.sep).join("/");
 }

@@ -5,6 +5,7 @@ import type { JudgeContext } from "./engine/context";
 import { found } from "./engine/describeIssue";
 import type { Finding, RuleInfo } from "./engine/finding";
 import { PARSE_RULES, PREVIEW_PARSES } from "./engine/judge";
+import { SUPPRESSION_RULE } from "./engine/suppressions";
 import { RULES } from "./rules";
 
 /**
@@ -23,7 +24,7 @@ export interface Policy {
 }
 
 /** Every policy the pack has: the rules, and the "can it be judged at all" checks. */
-export const ALL_RULES: RuleInfo[] = [...RULES, ...PARSE_RULES, PREVIEW_PARSES];
+export const ALL_RULES: RuleInfo[] = [...RULES, ...PARSE_RULES, PREVIEW_PARSES, SUPPRESSION_RULE];
 
 /**
  * policies/config.json beside this module; from the compiled copy (dist/policies/),
@@ -154,4 +155,4 @@ export function enforce(findings: Finding[], policy: Policy): Finding[] {
 }
 
 /** Findings that fail a gate: the mandatory ones. */
-export const failing = (findings: Finding[]) => findings.filter((f) => !f.advisory);
+export const failing = (findings: Finding[]) => findings.filter((f) => !f.advisory && !f.suppressed);

@@ -24,7 +24,7 @@ export function define(command: Command, cli: Cli) {
             const resources = resourcesOfPreview(opts.preview, text);
             if (resources.length === 0) throw new ConfigError([`${opts.preview}: holds no resources to gate`]);
             const findings = locateInPreview(enforce(judgeResources(resources, policy.context), policy), opts.preview, text);
-            return report(findings, format, { preview: opts.preview, resources: resources.length }, "clean", policy);
+            return report(findings, format, { preview: opts.preview, resources: resources.length }, "clean", policy, { category: "airlock/gate/preview/" });
         }
         // Only the stack modes plan, and so load Pulumi.
         const { gateStack } = await import("../gate");
@@ -51,7 +51,9 @@ export function define(command: Command, cli: Cli) {
             }
         }
         const summary = results.map((r) => ("findings" in r ? { stack: r.stack, violations: failing(r.findings).length } : { stack: r.stack, error: r.error }));
-        const code = report(findings, format, { stacks: summary, ...(errors.length > 0 ? { errors } : {}) }, undefined, policy);
+        // One code-scanning analysis per stack gated alone; `--all` is one analysis of every stack.
+        const category = opts.all ? "airlock/gate/all/" : `airlock/gate/${stacks[0]}/`;
+        const code = report(findings, format, { stacks: summary, ...(errors.length > 0 ? { errors } : {}) }, undefined, policy, { category });
         for (const line of errors) process.stderr.write(`${line}\n`);
         return errors.length > 0 ? EXIT.badInput : code;
     };

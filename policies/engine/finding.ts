@@ -31,6 +31,8 @@ export interface Finding extends Problem {
     resource?: string;
     /** Set by the policy's enforcement level: an advisory finding is reported but does not fail. */
     advisory?: boolean;
+    /** Accepted on purpose (an inline suppression, a baseline): reported, never failing. */
+    suppressed?: { kind: "inSource" | "external"; justification: string };
 }
 
 export interface RuleInfo {
