@@ -7,7 +7,7 @@ import { found } from "../policies/engine/describeIssue";
 import type { Finding } from "../policies/engine/finding";
 import { ArtifactKind, judgeCloudInit, judgeCompose, judgeResources, judgeSshd, parseRuleOf } from "../policies/engine/judge";
 import type { PlannedResourceLike } from "../policies/engine/resource";
-import { applyInlineSuppressions } from "../policies/engine/suppressions";
+import { applyInlineSuppressions, Comment } from "../policies/engine/suppressions";
 import { ALL_RULES, enforce, loadPolicy, Policy } from "../policies/policy";
 
 /** `airlock check` and `gate --preview`: judging files, without Pulumi (fast start). */
@@ -129,7 +129,37 @@ export function checkText(file: string, text: string, kind: CheckKind | undefine
     if (resolved === undefined) throw new ConfigError([`${file}: cannot tell whether this is compose, sshd, cloud-init or a preview; pass --kind`]);
     if (Buffer.byteLength(text) > MAX_INPUT_BYTES[resolved]) throw new ConfigError([`${file}: more than the ${MAX_INPUT_BYTES[resolved] / 2 ** 20} MiB airlock judges for ${resolved}; refusing it`]);
     const judged = judgeText(file, text, resolved, policy.context);
-    return enforce(resolved === "preview" ? judged : applyInlineSuppressions(judged, file, text, RULE_IDS), policy);
+    return enforce(resolved === "preview" ? judged : applyInlineSuppressions(judged, file, commentsOf(resolved, text), RULE_IDS), policy);
+}
+
+/**
+ * A file's comments as its consumer reads them: YAML's from its parser (a `#` inside a
+ * quoted or block value is data, and suppresses nothing); sshd's whole `#` lines only
+ * (a `#` after a keyword is a comment only since OpenSSH 8.7).
+ */
+function commentsOf(kind: Exclude<CheckKind, "preview">, text: string): Comment[] {
+    if (kind === "sshd") return text.split("\n").flatMap((line, i) => (/^\s*#/.test(line) ? [{ line: i + 1, text: line }] : []));
+    const offsets: { offset: number; text: string }[] = [];
+    const walk = (node: unknown): void => {
+        if (Array.isArray(node)) return node.forEach(walk);
+        if (node === null || typeof node !== "object") return;
+        const token = node as { type?: string; offset?: number; source?: string };
+        if (token.type === "comment" && typeof token.offset === "number") offsets.push({ offset: token.offset, text: token.source ?? "" });
+        for (const value of Object.values(node)) if (value !== null && typeof value === "object") walk(value);
+    };
+    for (const token of new YAML.Parser().parse(text)) walk(token);
+    const lineStarts = [0, ...[...text.matchAll(/\n/g)].map((m) => m.index! + 1)];
+    const lineAt = (offset: number) => {
+        let lo = 0;
+        let hi = lineStarts.length - 1;
+        while (lo < hi) {
+            const mid = (lo + hi + 1) >> 1;
+            if (lineStarts[mid] <= offset) lo = mid;
+            else hi = mid - 1;
+        }
+        return lo + 1;
+    };
+    return offsets.map(({ offset, text: comment }) => ({ line: lineAt(offset), text: comment }));
 }
 
 function judgeText(file: string, text: string, resolved: CheckKind, ctx: Policy["context"]): Finding[] {

@@ -130,6 +130,21 @@ describe("airlock check, tuned like a linter", () => {
         expect(rulesOf(noRule.stdout)).toHaveLength(2);
     });
 
+    it("only a comment suppresses: the same text inside a value (a quoted string, a block) is data and suppresses nothing", () => {
+        const repo = scratchRepository({
+            // Each would suppress the finding on line 2 (the service's) if it were a comment on line 2 or 1.
+            "quoted.yml": `services:\n  vpn: {labels: {note: "# airlock: ignore[containers-not-privileged] data, not a comment"}, privileged: true, image: "nginx@sha256:${"ab".repeat(32)}", cap_drop: [ALL], security_opt: ["no-new-privileges:true"], pids_limit: 100, mem_limit: 256m}\n`,
+            "block.yml": `services:\n${service("first", ["command: |", "  echo", "  # airlock: ignore[containers-not-privileged] data, not a comment"])}\n${service("vpn", ["privileged: true"])}\n`,
+            "sshd_config": "PermitRootLogin yes # airlock: ignore[sshd-no-root-login] after a keyword\n",
+        });
+        for (const file of ["quoted.yml", "block.yml"]) {
+            const result = airlock(["check", file, "--only", "containers-not-privileged"], { cwd: repo });
+            expect(result.status, `${file}: ${result.stdout}`).toBe(1);
+        }
+        const sshd = airlock(["check", "sshd_config", "--only", "sshd-no-root-login"], { cwd: repo });
+        expect(sshd.status, sshd.stdout).toBe(1);
+    });
+
     it("--only and --skip choose rules; a file that does not parse is reported under --only; an unknown rule is bad input", () => {
         const repo = scratchRepository({ "compose.yml": `services:\n${service("web", ["privileged: true", "network_mode: host"])}\n`, "broken.yml": "services: [\n" });
         expect(rulesOf(airlock(["check", "compose.yml", "--only", "containers-not-privileged"], { cwd: repo }).stdout)).toEqual(["compose.yml:2: containers-not-privileged"]);

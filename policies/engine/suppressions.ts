@@ -14,8 +14,14 @@ export const SUPPRESSION_RULE: RuleInfo = {
     remediation: "Write the reason after the bracket (`# airlock: ignore[containers-no-devices] the scanner needs /dev/kvm`), and name the rule exactly as the finding does.",
 };
 
-/** `# airlock: ignore[rule-a, rule-b] reason`, anywhere in a `#` comment. */
-const COMMENT = /#\s*airlock:\s*ignore\[([^\]]*)\](.*)$/;
+/** `# airlock: ignore[rule-a, rule-b] reason`: a whole comment. */
+const COMMENT = /^#\s*airlock:\s*ignore\[([^\]]*)\](.*)$/;
+
+/** A comment of the file, as its consumer reads comments: never text inside a value. */
+export interface Comment {
+    line: number;
+    text: string;
+}
 
 interface Suppression {
     line: number;
@@ -23,22 +29,17 @@ interface Suppression {
     reason: string;
 }
 
-/** The inline suppressions in a file's text; each covers its own line and the line below. */
-export function inlineSuppressions(text: string): Suppression[] {
-    const found: Suppression[] = [];
-    text.split("\n").forEach((content, i) => {
-        const m = COMMENT.exec(content);
-        if (!m) return;
-        found.push({
-            line: i + 1,
-            rules: m[1]
-                .split(",")
-                .map((r) => r.trim())
-                .filter(Boolean),
-            reason: m[2].trim(),
-        });
+/** The inline suppressions among a file's comments; each covers its own line and the line below. */
+export function inlineSuppressions(comments: Comment[]): Suppression[] {
+    return comments.flatMap(({ line, text }) => {
+        const m = COMMENT.exec(text.trim());
+        if (!m) return [];
+        const rules = m[1]
+            .split(",")
+            .map((r) => r.trim())
+            .filter(Boolean);
+        return [{ line, rules, reason: m[2].trim() }];
     });
-    return found;
 }
 
 /**
@@ -47,8 +48,8 @@ export function inlineSuppressions(text: string): Suppression[] {
  * gives a reason; a suppression without a reason, or naming no rule that exists, is a
  * finding itself (and suppresses nothing).
  */
-export function applyInlineSuppressions(findings: Finding[], file: string, text: string, ruleIds: Set<string>): Finding[] {
-    const suppressions = inlineSuppressions(text);
+export function applyInlineSuppressions(findings: Finding[], file: string, comments: Comment[], ruleIds: Set<string>): Finding[] {
+    const suppressions = inlineSuppressions(comments);
     if (suppressions.length === 0) return findings;
     const problems: Finding[] = [];
     const valid: Suppression[] = [];
