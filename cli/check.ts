@@ -9,6 +9,7 @@ import { ArtifactKind, judgeCloudInit, judgeCompose, judgeResources, judgeSshd, 
 import type { PlannedResourceLike } from "../policies/engine/resource";
 import { applyInlineSuppressions, Comment } from "../policies/engine/suppressions";
 import { ALL_RULES, enforce, loadPolicy, Policy } from "../policies/policy";
+import { STDIN_NAME } from "./report";
 
 /** `airlock check` and `gate --preview`: judging files, without Pulumi (fast start). */
 
@@ -114,22 +115,25 @@ export function checkFile(file: string, kind: CheckKind | undefined, policy: Pol
     return checkText(file, text, resolved, policy);
 }
 
-/** What `check -` judges: standard input, named so in its findings. */
-export const STDIN_NAME = "<stdin>";
-
 const RULE_IDS = new Set(ALL_RULES.map((r) => r.id));
+
+/** `check -`: standard input, of the kind `kind` names or its content shows, within that kind's limit. */
+export function checkStdin(kind: CheckKind | undefined, policy: Policy): Finding[] {
+    const text = fs.readFileSync(0, "utf8").replace(/^\uFEFF/, "");
+    const resolved = kind ?? detectKind("stdin.yaml", text) ?? (/^\s*[{[]/.test(text) ? "preview" : undefined);
+    if (resolved === undefined) throw new ConfigError([`${STDIN_NAME}: cannot tell whether this is compose, sshd, cloud-init or a preview; pass --kind`]);
+    if (Buffer.byteLength(text) > MAX_INPUT_BYTES[resolved]) throw new ConfigError([`${STDIN_NAME}: more than the ${MAX_INPUT_BYTES[resolved] / 2 ** 20} MiB airlock judges for ${resolved}; refusing it`]);
+    return checkText(STDIN_NAME, text, resolved, policy);
+}
 
 /**
  * Findings of `text` (the content of `file`, or of standard input), with its inline
  * suppressions applied (`# airlock: ignore[rule] reason`; a preview has no comments),
  * then the policy's levels.
  */
-export function checkText(file: string, text: string, kind: CheckKind | undefined, policy: Policy): Finding[] {
-    const resolved = kind ?? detectKind(file === STDIN_NAME ? "stdin.yaml" : file, text) ?? (/^\s*[{[]/.test(text) ? "preview" : undefined);
-    if (resolved === undefined) throw new ConfigError([`${file}: cannot tell whether this is compose, sshd, cloud-init or a preview; pass --kind`]);
-    if (Buffer.byteLength(text) > MAX_INPUT_BYTES[resolved]) throw new ConfigError([`${file}: more than the ${MAX_INPUT_BYTES[resolved] / 2 ** 20} MiB airlock judges for ${resolved}; refusing it`]);
-    const judged = judgeText(file, text, resolved, policy.context);
-    return enforce(resolved === "preview" ? judged : applyInlineSuppressions(judged, file, commentsOf(resolved, text), RULE_IDS), policy);
+function checkText(file: string, text: string, kind: CheckKind, policy: Policy): Finding[] {
+    const judged = judgeText(file, text, kind, policy.context);
+    return enforce(kind === "preview" ? judged : applyInlineSuppressions(judged, file, commentsOf(kind, text), RULE_IDS), policy);
 }
 
 /**
@@ -139,27 +143,17 @@ export function checkText(file: string, text: string, kind: CheckKind | undefine
  */
 function commentsOf(kind: Exclude<CheckKind, "preview">, text: string): Comment[] {
     if (kind === "sshd") return text.split("\n").flatMap((line, i) => (/^\s*#/.test(line) ? [{ line: i + 1, text: line }] : []));
-    const offsets: { offset: number; text: string }[] = [];
+    const comments: Comment[] = [];
+    const lines = new YAML.LineCounter();
     const walk = (node: unknown): void => {
         if (Array.isArray(node)) return node.forEach(walk);
         if (node === null || typeof node !== "object") return;
         const token = node as { type?: string; offset?: number; source?: string };
-        if (token.type === "comment" && typeof token.offset === "number") offsets.push({ offset: token.offset, text: token.source ?? "" });
+        if (token.type === "comment" && typeof token.offset === "number") comments.push({ line: lines.linePos(token.offset).line, text: token.source ?? "" });
         for (const value of Object.values(node)) if (value !== null && typeof value === "object") walk(value);
     };
-    for (const token of new YAML.Parser().parse(text)) walk(token);
-    const lineStarts = [0, ...[...text.matchAll(/\n/g)].map((m) => m.index! + 1)];
-    const lineAt = (offset: number) => {
-        let lo = 0;
-        let hi = lineStarts.length - 1;
-        while (lo < hi) {
-            const mid = (lo + hi + 1) >> 1;
-            if (lineStarts[mid] <= offset) lo = mid;
-            else hi = mid - 1;
-        }
-        return lo + 1;
-    };
-    return offsets.map(({ offset, text: comment }) => ({ line: lineAt(offset), text: comment }));
+    for (const token of new YAML.Parser(lines.addNewLine).parse(text)) walk(token);
+    return comments;
 }
 
 function judgeText(file: string, text: string, resolved: CheckKind, ctx: Policy["context"]): Finding[] {

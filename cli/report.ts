@@ -75,9 +75,12 @@ export function repositoryRoot(from: string = process.cwd()): string {
 }
 const roots = new Map<string, string>();
 
+/** What `check -` judges: standard input, named so in its findings (it has no path). */
+export const STDIN_NAME = "<stdin>";
+
 /** A file as the repository names it (relative to its root, with /), for fingerprints and SARIF; absolute when outside it. */
 export function relativeToRepository(file: string): string {
-    if (file === "<stdin>") return file;
+    if (file === STDIN_NAME) return file;
     const relative = path.relative(repositoryRoot(), path.resolve(file));
     return relative.startsWith("..") || path.isAbsolute(relative) ? path.resolve(file) : relative.split(path.sep).join("/");
 }

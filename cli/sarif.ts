@@ -4,7 +4,7 @@ import type { Finding } from "../policies/engine/finding";
 import { fixOf, withinText } from "../policies/engine/format";
 import { fingerprints } from "../policies/engine/suppressions";
 import { ALL_RULES, EnforcementLevel, Policy } from "../policies/policy";
-import { relativeToRepository, repositoryRoot } from "./report";
+import { relativeToRepository, repositoryRoot, STDIN_NAME } from "./report";
 
 /**
  * Findings as SARIF 2.1.0, for GitHub code scanning and other SARIF viewers: one
@@ -50,7 +50,7 @@ export function toSarif(findings: Finding[], policy: Policy, version: string, er
     const results: Result[] = findings.map((f, i) => {
         const inner = withinText(f);
         const file = f.file ? relativeToRepository(f.file) : undefined;
-        const inRepository = file !== undefined && file !== "<stdin>" && !file.startsWith("/");
+        const inRepository = file !== undefined && file !== STDIN_NAME && !file.startsWith("/");
         return {
             ruleId: f.rule,
             ruleIndex: index.get(f.rule),
@@ -58,7 +58,7 @@ export function toSarif(findings: Finding[], policy: Policy, version: string, er
             message: { text: `${f.message}${inner ? ` (in ${inner})` : ""}. Fix: ${fixOf(f)}` },
             locations: [
                 {
-                    ...(file && file !== "<stdin>"
+                    ...(file && file !== STDIN_NAME
                         ? {
                               physicalLocation: {
                                   artifactLocation: inRepository ? { uri: encodeURI(file), uriBaseId: "%SRCROOT%" } : { uri: pathToFileURL(file).href },

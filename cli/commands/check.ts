@@ -5,9 +5,9 @@ import { ConfigError } from "../../policies/contract";
 import type { Finding } from "../../policies/engine/finding";
 import { applyBaseline, fingerprints } from "../../policies/engine/suppressions";
 import { ALL_RULES } from "../../policies/policy";
-import { checkFile, CheckKind, checkText, filesInTree, STDIN_NAME } from "../check";
+import { checkFile, CheckKind, checkStdin, filesInTree } from "../check";
 import { Cli, EXIT } from "../command";
-import { Format, formatOf, policyOf, relativeToRepository, report, withFormat } from "../report";
+import { Format, formatOf, policyOf, relativeToRepository, report, STDIN_NAME, withFormat } from "../report";
 
 interface CheckOptions {
     kind?: CheckKind;
@@ -70,7 +70,7 @@ export function define(command: Command, cli: Cli) {
             for (const file of targets) {
                 files.push(file === "-" ? STDIN_NAME : file);
                 try {
-                    findings.push(...(file === "-" ? checkText(STDIN_NAME, fs.readFileSync(0, "utf8").replace(/^\uFEFF/, ""), opts.kind, policy) : checkFile(file, opts.kind, policy)));
+                    findings.push(...(file === "-" ? checkStdin(opts.kind, policy) : checkFile(file, opts.kind, policy)));
                 } catch (err) {
                     if (err instanceof ConfigError) errors.push(...err.problems);
                     else {
