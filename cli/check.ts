@@ -64,7 +64,8 @@ const NAMES: [RegExp, CheckKind][] = [
 
 /** What a file is, from its name and content; undefined when it cannot tell. */
 export function detectKind(file: string, text: string): CheckKind | undefined {
-    if (/^#cloud-config\b/.test(text)) return "cloud-init";
+    // cloud-init's own headers: #cloud-config, and a Jinja template (judged unverifiable, never skipped).
+    if (/^(#cloud-config|## template: jinja)\b/.test(text)) return "cloud-init";
     const base = path.basename(file).toLowerCase().replace(/\.in$/, "");
     if (isSshdFragment(file)) return "sshd";
     for (const [name, kind] of NAMES) if (name.test(base)) return kind;
@@ -142,14 +143,17 @@ function checkText(file: string, text: string, kind: CheckKind, policy: Policy):
  * (a `#` after a keyword is a comment only since OpenSSH 8.7).
  */
 function commentsOf(kind: Exclude<CheckKind, "preview">, text: string): Comment[] {
-    if (kind === "sshd") return text.split("\n").flatMap((line, i) => (/^\s*#/.test(line) ? [{ line: i + 1, text: line }] : []));
+    if (kind === "sshd") return text.split("\n").flatMap((line, i) => (/^\s*#/.test(line) ? [{ line: i + 1, text: line, alone: true }] : []));
     const comments: Comment[] = [];
     const lines = new YAML.LineCounter();
     const walk = (node: unknown): void => {
         if (Array.isArray(node)) return node.forEach(walk);
         if (node === null || typeof node !== "object") return;
         const token = node as { type?: string; offset?: number; source?: string };
-        if (token.type === "comment" && typeof token.offset === "number") comments.push({ line: lines.linePos(token.offset).line, text: token.source ?? "" });
+        if (token.type === "comment" && typeof token.offset === "number") {
+            const { line, col } = lines.linePos(token.offset);
+            comments.push({ line, text: token.source ?? "", alone: text.slice(token.offset - col + 1, token.offset).trim() === "" });
+        }
         for (const value of Object.values(node)) if (value !== null && typeof value === "object") walk(value);
     };
     for (const token of new YAML.Parser(lines.addNewLine).parse(text)) walk(token);
@@ -216,8 +220,8 @@ const NEVER_WALKED = new Set([".git", "node_modules"]);
 /**
  * The files under `dir` that `check` judges, sorted: those whose kind their name or
  * content tells (a `.json` only when it holds a preview's `steps` or a stack export's
- * `deployment`), minus what an ignore glob matches (relative to `dir`). Symbolic links
- * are not followed.
+ * `deployment`), minus what an ignore glob matches (relative to `dir`). A link to a file
+ * is judged; links to folders are not walked.
  */
 export function filesInTree(dir: string, ignores: string[]): string[] {
     const ignored = ignores.length > 0 ? picomatch(ignores, { dot: true }) : () => false;
@@ -229,11 +233,20 @@ export function filesInTree(dir: string, ignores: string[]): string[] {
             if (ignored(relative) || (entry.isDirectory() && ignored(`${relative}/`))) continue;
             if (entry.isDirectory()) {
                 if (!NEVER_WALKED.has(entry.name)) walk(file);
-            } else if (entry.isFile() && judgedInTree(file)) found.push(file);
+            } else if ((entry.isFile() || (entry.isSymbolicLink() && isFile(file))) && judgedInTree(file)) found.push(file);
         }
     };
     walk(dir);
     return found;
+}
+
+/** A link to a file is judged as the file its consumer opens (links to folders are not walked: no loops). */
+function isFile(file: string): boolean {
+    try {
+        return fs.statSync(file).isFile();
+    } catch {
+        return true; // a dangling link: reported as unreadable, never skipped
+    }
 }
 
 /** Names worth opening in a walk; what they hold decides. */

@@ -145,6 +145,49 @@ describe("airlock check, tuned like a linter", () => {
         expect(sshd.status, sshd.stdout).toBe(1);
     });
 
+    it("red team 19: a trailing suppression covers its own line only, one suppression never covers two services, and none reaches into an embedded file", () => {
+        const line = (name: string) => `  ${name}: {image: "nginx@sha256:${"ab".repeat(32)}", cap_drop: [ALL], security_opt: ["no-new-privileges:true"], pids_limit: 100, mem_limit: 256m, privileged: true}`;
+        const embedded = Buffer.from(`services:\n${service("evil", ["privileged: true"])}\n`).toString("base64");
+        const repo = scratchRepository({
+            "trailing.yml": `services:\n${line("legacy")} # airlock: ignore[containers-not-privileged] the old box needs it\n${line("evil")}\n`,
+            "flow.yml": `services: {${line("a").trim().replace(/^a: /, "a: ")}, ${line("b").trim()}} # airlock: ignore[containers-not-privileged] both, at once\n`,
+            "user-data.yaml": `#cloud-config\nwrite_files:\n  # airlock: ignore[containers-not-privileged] hides a file nobody can read here\n  - path: /etc/airlock/compose.yml\n    encoding: b64\n    content: ${embedded}\n`,
+        });
+        const trailing = airlock(["check", "trailing.yml", "--only", "containers-not-privileged"], { cwd: repo });
+        expect(rulesOf(trailing.stdout)).toEqual(["trailing.yml:3: containers-not-privileged"]);
+        const flow = airlock(["check", "flow.yml", "--only", "containers-not-privileged,suppressions-give-a-reason"], { cwd: repo });
+        expect(flow.status).toBe(1);
+        expect(flow.stdout).toContain("the suppression covers findings of 2 services or entries (a, b), so it suppresses nothing");
+        const cloudInit = airlock(["check", "user-data.yaml", "--only", "containers-not-privileged"], { cwd: repo });
+        expect(cloudInit.status, cloudInit.stdout).toBe(1);
+    });
+
+    it("red team 19: a baseline entry relabelled as another rule accepts nothing", () => {
+        const repo = scratchRepository({ "compose.yml": `services:\n${service("web", ["privileged: true"])}\n` });
+        expect(airlock(["check", "--write-baseline", "base.json", "compose.yml"], { cwd: repo }).status).toBe(0);
+        const file = path.join(repo, "base.json");
+        const baseline = JSON.parse(fs.readFileSync(file, "utf8"));
+        baseline.findings[0] = { ...baseline.findings[0], rule: "containers-images-pinned-by-digest", message: "web image is not pinned by digest" };
+        fs.writeFileSync(file, JSON.stringify(baseline));
+        const result = airlock(["check", "--baseline", "base.json", "compose.yml"], { cwd: repo });
+        expect(result.status).toBe(1);
+        expect(rulesOf(result.stdout)).toEqual(["compose.yml:2: containers-not-privileged"]);
+    });
+
+    it("red team 19: a folder walk judges a linked compose file and a Jinja cloud-init template, and a folder with nothing to judge is never clean", () => {
+        const bad = `services:\n${service("web", ["privileged: true"])}\n`;
+        const repo = scratchRepository({ "vendor/node_modules/x/app.txt": bad, "boot.yaml": "## template: jinja\n#cloud-config\nruncmd: [\"{{ v1.local_hostname }}\"]\n", "empty/README.md": "nothing\n" });
+        fs.symlinkSync("vendor/node_modules/x/app.txt", path.join(repo, "compose.yaml"));
+        const result = airlock(["check", ".", "--ignore", "empty/**", "--json"], { cwd: repo });
+        expect(result.status).toBe(1);
+        const json = JSON.parse(result.stdout);
+        expect(json.files).toEqual(["boot.yaml", "compose.yaml"]);
+        expect(json.findings.map((f: { rule: string }) => f.rule)).toEqual(expect.arrayContaining(["containers-not-privileged", "cloud-init-parses"]));
+        const empty = airlock(["check", "empty"], { cwd: repo });
+        expect(empty.status).toBe(2);
+        expect(empty.stderr).toBe("empty: holds no compose file, sshd config, cloud-init user data or preview to judge\n");
+    });
+
     it("--only and --skip choose rules; a file that does not parse is reported under --only; an unknown rule is bad input", () => {
         const repo = scratchRepository({ "compose.yml": `services:\n${service("web", ["privileged: true", "network_mode: host"])}\n`, "broken.yml": "services: [\n" });
         expect(rulesOf(airlock(["check", "compose.yml", "--only", "containers-not-privileged"], { cwd: repo }).stdout)).toEqual(["compose.yml:2: containers-not-privileged"]);

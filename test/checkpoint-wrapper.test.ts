@@ -149,6 +149,7 @@ describe.runIf(toolsAvailable("checkpoint wrapper tests", ["bash", "socat", "sys
             ["airlock try --timeout 99999 -- true", /--timeout is 1 to 3600 seconds/],
             ["airlock try --output-kb 5000 -- true", /--output-kb is 1 to 1024/],
             ["airlock try -- ", /usage: airlock try/],
+            ["airlock try -- ''", /usage: airlock try/],
         ])("%s is refused with 125 before anything is made or run", async (command, why) => {
             const { invoke, calls, dockerArgs } = await installWrapper();
             const result = invoke(command);

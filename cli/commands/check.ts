@@ -3,7 +3,7 @@ import * as path from "node:path";
 import { Command, Option } from "commander";
 import { ConfigError } from "../../policies/contract";
 import type { Finding } from "../../policies/engine/finding";
-import { applyBaseline, fingerprints } from "../../policies/engine/suppressions";
+import { applyBaseline, BaselineLabel, fingerprints } from "../../policies/engine/suppressions";
 import { ALL_RULES } from "../../policies/policy";
 import { checkFile, CheckKind, checkStdin, filesInTree } from "../check";
 import { Cli, EXIT } from "../command";
@@ -43,7 +43,7 @@ export function define(command: Command, cli: Cli) {
             for (const [option, rule] of unknown) process.stderr.write(`${option}: '${rule}' is not a rule (docs/policy-pack.md lists them)\n`);
             return EXIT.badInput;
         }
-        let baseline: Set<string> | undefined;
+        let baseline: Map<string, BaselineLabel> | undefined;
         if (opts.baseline !== undefined) {
             try {
                 baseline = readBaseline(opts.baseline);
@@ -63,6 +63,8 @@ export function define(command: Command, cli: Cli) {
             let targets: string[];
             try {
                 targets = given !== "-" && isDirectory(given) ? filesInTree(given, opts.ignore) : [given];
+                // Nothing to judge is never clean.
+                if (targets.length === 0) errors.push(`${given}: holds no compose file, sshd config, cloud-init user data or preview to judge`);
             } catch (err) {
                 errors.push(`${given}: cannot read: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
                 continue;
@@ -97,7 +99,7 @@ export function define(command: Command, cli: Cli) {
             process.stdout.write(`wrote ${open.length} finding${open.length === 1 ? "" : "s"} to ${opts.writeBaseline}\n`);
             return EXIT.clean;
         }
-        if (baseline) findings = applyBaseline(findings, prints, baseline, opts.baseline!);
+        if (baseline) findings = applyBaseline(findings, prints, baseline, opts.baseline!, relativeToRepository);
         const extra = { files, ...(errors.length > 0 ? { errors } : {}) };
         const code = report(findings, formatOf(opts), extra, errors.length === 0 ? "clean" : undefined, policy, { category: "airlock/check/" });
         for (const line of errors) process.stderr.write(`${line}\n`);
@@ -121,7 +123,7 @@ interface BaselineEntry {
     message: string;
 }
 
-function readBaseline(file: string): Set<string> {
+function readBaseline(file: string): Map<string, BaselineLabel> {
     let doc: any;
     try {
         doc = JSON.parse(fs.readFileSync(file, "utf8"));
@@ -132,10 +134,12 @@ function readBaseline(file: string): Set<string> {
     if (doc?.version !== 1) throw new ConfigError([`${file}: version: expected 1 (a baseline written by airlock check --write-baseline)`]);
     if (!Array.isArray(doc.findings)) throw new ConfigError([`${file}: findings: expected a list`]);
     doc.findings.forEach((entry: unknown, i: number) => {
-        const print = (entry as BaselineEntry | null)?.fingerprint;
-        if (typeof print !== "string" || !/^[0-9a-f]{32}$/.test(print)) throw new ConfigError([`${file}: findings[${i}].fingerprint: expected 32 hex digits`]);
+        const { fingerprint, rule, file: of } = (entry ?? {}) as Partial<BaselineEntry>;
+        if (typeof fingerprint !== "string" || !/^[0-9a-f]{32}$/.test(fingerprint)) throw new ConfigError([`${file}: findings[${i}].fingerprint: expected 32 hex digits`]);
+        if (typeof rule !== "string") throw new ConfigError([`${file}: findings[${i}].rule: expected the rule's id`]);
+        if (typeof of !== "string") throw new ConfigError([`${file}: findings[${i}].file: expected the file, relative to the repository's root`]);
     });
-    return new Set(doc.findings.map((entry: BaselineEntry) => entry.fingerprint));
+    return new Map(doc.findings.map((entry: BaselineEntry) => [entry.fingerprint, { rule: entry.rule, file: entry.file }]));
 }
 
 /** Written whole to a temporary file beside it, then renamed: never half a baseline. */

@@ -21,31 +21,35 @@ const COMMENT = /^#\s*airlock:\s*ignore\[([^\]]*)\](.*)$/;
 export interface Comment {
     line: number;
     text: string;
+    /** Alone on its line (nothing before it): then it speaks for the line below. */
+    alone: boolean;
 }
 
 interface Suppression {
+    /** The lines it covers: its own, and the next when it is alone on its line. */
+    lines: number[];
     line: number;
     rules: string[];
     reason: string;
 }
 
-/** The inline suppressions among a file's comments; each covers its own line and the line below. */
+/** The inline suppressions among a file's comments. */
 export function inlineSuppressions(comments: Comment[]): Suppression[] {
-    return comments.flatMap(({ line, text }) => {
+    return comments.flatMap(({ line, text, alone }) => {
         const m = COMMENT.exec(text.trim());
         if (!m) return [];
         const rules = m[1]
             .split(",")
             .map((r) => r.trim())
             .filter(Boolean);
-        return [{ line, rules, reason: m[2].trim() }];
+        return [{ line, lines: alone ? [line, line + 1] : [line], rules, reason: m[2].trim() }];
     });
 }
 
 /**
  * Findings of `file` with its inline suppressions applied: a finding on a suppression's
- * line or the line below it, of a rule it names, is suppressed when the suppression
- * gives a reason; a suppression without a reason, or naming no rule that exists, is a
+ * line (or the line below, when the comment is alone on its line), of a rule it names,
+ * about one subject, is suppressed when the suppression gives a reason; a suppression without a reason, or naming no rule that exists, is a
  * finding itself (and suppresses nothing).
  */
 export function applyInlineSuppressions(findings: Finding[], file: string, comments: Comment[], ruleIds: Set<string>): Finding[] {
@@ -66,11 +70,21 @@ export function applyInlineSuppressions(findings: Finding[], file: string, comme
         if (problem) problems.push({ rule: SUPPRESSION_RULE.id, remediation: SUPPRESSION_RULE.remediation, file, line: s.line, message: `the suppression ${problem}, so it suppresses nothing` });
         else valid.push(s);
     }
+    // A finding inside an embedded file (a write_files entry) is never suppressed from the outer
+    // file: one comment there would accept all of a file the reviewer cannot read beside it.
+    const covers = (s: Suppression, f: Finding) => f.file === file && !f.within?.length && f.line !== undefined && !f.suppressed && s.lines.includes(f.line) && s.rules.includes(f.rule);
+    const by = new Map<Finding, Suppression>();
+    for (const s of valid) {
+        const covered = findings.filter((f) => covers(s, f));
+        // One suppression accepts what one service (or keyword, or entry) does, never several at once.
+        const subjects = new Set(covered.map((f) => f.where ?? ""));
+        if (subjects.size > 1) {
+            problems.push({ rule: SUPPRESSION_RULE.id, remediation: SUPPRESSION_RULE.remediation, file, line: s.line, message: `the suppression covers findings of ${subjects.size} services or entries (${[...subjects].join(", ")}), so it suppresses nothing: give each its own line` });
+        } else for (const f of covered) by.set(f, s);
+    }
     const applied = findings.map((f) => {
-        const line = f.line;
-        if (f.file !== file || line === undefined || f.suppressed) return f;
-        const by = valid.find((s) => (s.line === line || s.line === line - 1) && s.rules.includes(f.rule));
-        return by ? { ...f, suppressed: { kind: "inSource" as const, justification: by.reason } } : f;
+        const s = by.get(f);
+        return s ? { ...f, suppressed: { kind: "inSource" as const, justification: s.reason } } : f;
     });
     return [...applied, ...problems];
 }
@@ -97,7 +111,21 @@ export function fingerprints(findings: Finding[], relative: (file: string) => st
     });
 }
 
-/** Findings whose fingerprint is in the baseline are suppressed (external), with the baseline named as the reason. */
-export function applyBaseline(findings: Finding[], prints: string[], baseline: Set<string>, baselineFile: string): Finding[] {
-    return findings.map((f, i) => (f.suppressed || !baseline.has(prints[i]) ? f : { ...f, suppressed: { kind: "external" as const, justification: `in the baseline ${baselineFile}` } }));
+/** What a baseline entry says it accepts, beside its fingerprint: what a reviewer reads. */
+export interface BaselineLabel {
+    rule: string;
+    file: string;
+}
+
+/**
+ * Findings in the baseline are suppressed (external), with the baseline named as the
+ * reason: their fingerprint, and the rule and file the entry shows a reviewer (an entry
+ * labelled as one rule never accepts a finding of another).
+ */
+export function applyBaseline(findings: Finding[], prints: string[], baseline: Map<string, BaselineLabel>, baselineFile: string, relative: (file: string) => string): Finding[] {
+    return findings.map((f, i) => {
+        const entry = baseline.get(prints[i]);
+        const matches = entry !== undefined && entry.rule === f.rule && entry.file === (f.file ? relative(f.file) : "");
+        return f.suppressed || !matches ? f : { ...f, suppressed: { kind: "external" as const, justification: `in the baseline ${baselineFile}` } };
+    });
 }

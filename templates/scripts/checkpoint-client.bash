@@ -71,7 +71,7 @@ airlock_verb() {
 # it sets TRY_TIMEOUT, TRY_NETWORK, TRY_OUTPUT_KB, TRY_KEEP and TRY_COMMAND (LINE, run as
 # the shell runs a command; `-- 'LINE'` is LINE); otherwise TRY_USAGE says what is wrong.
 airlock_try() {
-	local rest=$1 space='[[:space:]]'
+	local rest=$1 space='[[:space:]]' usage="usage: airlock try [--timeout SECONDS] [--network none|egress] [--output-kb N] [--keep] -- COMMAND"
 	[[ "$rest" =~ ^${space}*airlock${space}+try(${space}.*)?$ ]] || return 1
 	rest=${BASH_REMATCH[1]}
 	TRY_TIMEOUT=$TRY_DEFAULT_TIMEOUT TRY_NETWORK=none TRY_OUTPUT_KB=$TRY_DEFAULT_OUTPUT_KB TRY_KEEP="" TRY_COMMAND="" TRY_USAGE=""
@@ -87,9 +87,10 @@ airlock_try() {
 		elif [[ "$rest" =~ ^${space}+--${space}+(.*[^[:space:]])${space}*$ ]]; then
 			# One pair of quotes around the whole line comes off, as a shell would take them.
 			TRY_COMMAND=$(unquoted "${BASH_REMATCH[1]}")
+			[[ "$TRY_COMMAND" =~ [^[:space:]] ]] || TRY_USAGE=$usage
 			break
 		else
-			TRY_USAGE="usage: airlock try [--timeout SECONDS] [--network none|egress] [--output-kb N] [--keep] -- COMMAND"
+			TRY_USAGE=$usage
 			return 0
 		fi
 	done
