@@ -51,7 +51,11 @@ export function report(findings: Finding[], format: Format | boolean | undefined
         const { toSarif } = require("./sarif") as typeof import("./sarif");
         const log = toSarif(findings, policy ?? loadPolicy(), packageVersion(), Array.isArray(extra.errors) ? (extra.errors as string[]) : [], sarif?.category ?? "airlock/");
         process.stdout.write(`${JSON.stringify(log, null, 2)}\n`);
-    } else if (as === "json") process.stdout.write(`${JSON.stringify({ ...extra, violations, findings }, null, 2)}\n`);
+    } else if (as === "json") {
+        // subjectLine only tells suppressions where a service starts: not part of the report.
+        const listed = findings.map(({ subjectLine: _, ...f }) => f);
+        process.stdout.write(`${JSON.stringify({ ...extra, violations, findings: listed }, null, 2)}\n`);
+    }
     else if (shown.length > 0) {
         for (const f of shown) process.stdout.write(`${formatFinding(f)}\n`);
         const advisory = shown.length - violations;

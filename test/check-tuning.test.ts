@@ -88,7 +88,7 @@ describe("airlock check, tuned like a linter", () => {
         fs.writeFileSync(path.join(repo, "deploy/compose.yml"), `# the stack's services\nservices:\n${service("new", ["network_mode: host"])}\n${service("old", ["privileged: true"])}\n`);
         const after = airlock(["check", "--baseline", "airlock-baseline.json", "deploy"], { cwd: repo });
         expect(after.status).toBe(1);
-        expect(rulesOf(after.stdout)).toEqual(["deploy/compose.yml:3: containers-no-host-namespaces"]);
+        expect(rulesOf(after.stdout)).toEqual(["deploy/compose.yml:9: containers-no-host-namespaces"]);
         expect(after.stdout).toContain("1 violation, 1 suppressed");
         // Without the baseline both fail.
         expect(rulesOf(airlock(["check", "deploy"], { cwd: repo }).stdout)).toHaveLength(2);
@@ -120,10 +120,10 @@ describe("airlock check, tuned like a linter", () => {
         expect(json.violations).toBe(0);
         expect(json.findings).toEqual([expect.objectContaining({ rule: "containers-not-privileged", suppressed: { kind: "inSource", justification: "the VPN client needs it on this lab box" } })]);
 
-        expect(rulesOf(airlock(["check", "other-rule.yml"], { cwd: repo }).stdout)).toEqual(["other-rule.yml:3: containers-not-privileged"]);
+        expect(rulesOf(airlock(["check", "other-rule.yml"], { cwd: repo }).stdout)).toEqual(["other-rule.yml:9: containers-not-privileged"]);
         const noReason = airlock(["check", "no-reason.yml"], { cwd: repo });
         expect(noReason.status).toBe(1);
-        expect(rulesOf(noReason.stdout)).toEqual(["no-reason.yml:3: containers-not-privileged", "no-reason.yml:2: suppressions-give-a-reason"]);
+        expect(rulesOf(noReason.stdout)).toEqual(["no-reason.yml:9: containers-not-privileged", "no-reason.yml:2: suppressions-give-a-reason"]);
         expect(noReason.stdout).toContain("the suppression gives no reason, so it suppresses nothing");
         const noRule = airlock(["check", "no-rule.yml"], { cwd: repo });
         expect(noRule.stdout).toContain("the suppression names 'containers-are-fine', which is not a rule");
@@ -171,7 +171,7 @@ describe("airlock check, tuned like a linter", () => {
         fs.writeFileSync(file, JSON.stringify(baseline));
         const result = airlock(["check", "--baseline", "base.json", "compose.yml"], { cwd: repo });
         expect(result.status).toBe(1);
-        expect(rulesOf(result.stdout)).toEqual(["compose.yml:2: containers-not-privileged"]);
+        expect(rulesOf(result.stdout)).toEqual(["compose.yml:8: containers-not-privileged"]);
     });
 
     it("red team 19: a folder walk judges a linked compose file and a Jinja cloud-init template, and a folder with nothing to judge is never clean", () => {
@@ -190,8 +190,8 @@ describe("airlock check, tuned like a linter", () => {
 
     it("--only and --skip choose rules; a file that does not parse is reported under --only; an unknown rule is bad input", () => {
         const repo = scratchRepository({ "compose.yml": `services:\n${service("web", ["privileged: true", "network_mode: host"])}\n`, "broken.yml": "services: [\n" });
-        expect(rulesOf(airlock(["check", "compose.yml", "--only", "containers-not-privileged"], { cwd: repo }).stdout)).toEqual(["compose.yml:2: containers-not-privileged"]);
-        expect(rulesOf(airlock(["check", "compose.yml", "--skip", "containers-not-privileged"], { cwd: repo }).stdout)).toEqual(["compose.yml:2: containers-no-host-namespaces"]);
+        expect(rulesOf(airlock(["check", "compose.yml", "--only", "containers-not-privileged"], { cwd: repo }).stdout)).toEqual(["compose.yml:8: containers-not-privileged"]);
+        expect(rulesOf(airlock(["check", "compose.yml", "--skip", "containers-not-privileged"], { cwd: repo }).stdout)).toEqual(["compose.yml:9: containers-no-host-namespaces"]);
         const none = airlock(["check", "compose.yml", "--skip", "containers-not-privileged,containers-no-host-namespaces"], { cwd: repo });
         expect([none.status, none.stdout]).toEqual([0, "clean\n"]);
         const broken = airlock(["check", "broken.yml", "--kind", "compose", "--only", "containers-not-privileged"], { cwd: repo });
@@ -227,7 +227,7 @@ describe("airlock check, tuned like a linter", () => {
         const input = `services:\n${service("web", ["privileged: true"])}\n`;
         const result = airlock(["check", "-"], { input });
         expect(result.status).toBe(1);
-        expect(rulesOf(result.stdout)).toEqual(["<stdin>:2: containers-not-privileged"]);
+        expect(rulesOf(result.stdout)).toEqual(["<stdin>:8: containers-not-privileged"]);
         const sshd = airlock(["check", "-", "--kind", "sshd", "--only", "sshd-no-root-login"], { input: "PermitRootLogin yes\n" });
         expect(rulesOf(sshd.stdout)).toEqual(["<stdin>:1: sshd-no-root-login"]);
     });

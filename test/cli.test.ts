@@ -61,7 +61,7 @@ describe("the airlock command", () => {
         expect(fs.statSync(AIRLOCK_BIN).mode & 0o111).not.toBe(0);
         const result = spawnSync("npm", ["run", "-s", "airlock", "--", "check", compose], { cwd: REPO, encoding: "utf8" });
         expect(result.status).toBe(1);
-        expect(result.stdout).toContain(`${compose}:2: containers-images-pinned-by-digest`);
+        expect(result.stdout).toContain(`${compose}:3: containers-images-pinned-by-digest`);
     });
 });
 

@@ -50,7 +50,7 @@ describe("--format sarif", () => {
             expect(r.locations[0].physicalLocation.region.startLine).toBeGreaterThanOrEqual(1);
         }
         const privileged = run.results.find((r: { ruleId: string }) => r.ruleId === "containers-not-privileged");
-        expect(privileged.locations[0].physicalLocation).toEqual({ artifactLocation: { uri: "compose.yml", uriBaseId: "%SRCROOT%" }, region: { startLine: 2 } });
+        expect(privileged.locations[0].physicalLocation).toEqual({ artifactLocation: { uri: "compose.yml", uriBaseId: "%SRCROOT%" }, region: { startLine: 4 } });
         const root = run.results.find((r: { ruleId: string }) => r.ruleId === "sshd-no-root-login");
         expect(root.locations[0].physicalLocation).toEqual({ artifactLocation: { uri: "user-data", uriBaseId: "%SRCROOT%" }, region: { startLine: 7 } });
         expect(root.message.text).toContain("(in /etc/ssh/sshd_config:1)");

@@ -1,5 +1,6 @@
 import * as zlib from "node:zlib";
 import * as YAML from "yaml";
+import { flattenLines, linesOfNode } from "./sourceLines";
 import { decodeUserData, UserDataDecodeError, UserDataEncoding } from "./userData";
 
 /** A user_data document: cloud-config parsed, write_files decoded; or a plain script. */
@@ -10,6 +11,8 @@ export interface CloudInitDoc {
     files: EmbeddedFile[];
     /** Top-level key -> line. */
     lines: Record<string, number>;
+    /** Every key and list entry -> line, by dotted path (`runcmd.2`, `users.0.passwd`). */
+    paths?: Record<string, number>;
     /** Set when judged beside its stash: why the files it installs from its host code bundle could not be judged. */
     bundleProblem?: string;
     /**
@@ -109,7 +112,22 @@ export function parseCloudInit(text: string): CloudInitDoc {
                 plain && YAML.isScalar(content) && content.type === "BLOCK_LITERAL" && content.range ? lineCounter.linePos(content.range[0]).line + 1 : undefined,
         };
     });
-    return { text, data, files, lines };
+    return { text, data, files, lines, paths: flattenLines(linesOfNode(doc.contents, undefined, doc, lineCounter)) };
+}
+
+/**
+ * The line a string leaf (as stringLeaves names it: `runcmd[2]`, `users[0].passwd`,
+ * `write_files[1] /etc/x`) is written on: its own entry, else the nearest key above it.
+ */
+export function lineOfLeaf(doc: CloudInitDoc, leafPath: string): number | undefined {
+    const file = /^write_files\[(\d+)\] /.exec(leafPath);
+    if (file) return doc.files.find((f) => f.index === Number(file[1]))?.line ?? doc.lines.write_files;
+    const segments = leafPath.replace(/\[(\d+)\]/g, ".$1").split(".").filter(Boolean);
+    for (let n = segments.length; n > 0; n--) {
+        const line = doc.paths?.[segments.slice(0, n).join(".")];
+        if (line !== undefined) return line;
+    }
+    return undefined;
 }
 
 /** write_files content as cloud-init writes it: text, `!!binary` bytes, base64 and/or gzip. */

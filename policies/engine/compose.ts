@@ -5,6 +5,7 @@ import { ConfigError } from "../contract";
 import { ContainerSpec, fromComposeService, NamedVolumes } from "./container";
 import { found } from "./describeIssue";
 import type { Problem } from "./finding";
+import { flattenLines, LineTree, linesOfNode, mergeLines, relocateLines } from "./sourceLines";
 
 /**
  * A compose file as the engine sees it: YAML anchors, aliases and `<<` merge keys
@@ -36,6 +37,8 @@ interface LoadedCompose {
     networks: Record<string, any>;
     volumes: NamedVolumes;
     lines: Record<string, number>;
+    /** Where each service's keys and entries are written. */
+    trees: Record<string, LineTree>;
     /** Services that cannot be judged (not a mapping), and a file with nothing to judge. */
     problems: Problem[];
 }
@@ -56,15 +59,18 @@ function load(text: string, label: string): LoadedCompose {
         throw new ComposeParseError(`${label}: ${(err as Error).message.split("\n")[0]}`);
     }
     const lineOf = (node: unknown) => (YAML.isNode(node) && node.range ? lineCounter.linePos(node.range[0]).line : undefined);
-    if (data === null || data === undefined) return { services: {}, networks: {}, volumes: {}, lines: {}, problems: [nothingToJudge("the file is empty (or only comments)")] };
+    if (data === null || data === undefined) return { services: {}, networks: {}, volumes: {}, lines: {}, trees: {}, problems: [nothingToJudge("the file is empty (or only comments)")] };
     if (!isMapping(data)) throw new ComposeParseError(`${label}: expected a compose mapping, got ${found(data)}`, lineOf(doc.contents));
     const problems: Problem[] = [];
     const lines: Record<string, number> = {};
+    const trees: Record<string, LineTree> = {};
     const servicesNode = doc.get("services", true);
     if (YAML.isMap(servicesNode)) {
         for (const item of servicesNode.items) {
             const key = item.key as YAML.Scalar | undefined;
-            if (key?.range) lines[String(key.value)] = lineCounter.linePos(key.range[0]).line;
+            if (!key?.range) continue;
+            lines[String(key.value)] = lineCounter.linePos(key.range[0]).line;
+            trees[String(key.value)] = linesOfNode(item.value, lines[String(key.value)], doc, lineCounter);
         }
     }
     let services: Record<string, any> = {};
@@ -85,6 +91,7 @@ function load(text: string, label: string): LoadedCompose {
         networks: isMapping(data.networks) ? data.networks : {},
         volumes: isMapping(data.volumes) ? data.volumes : {},
         lines,
+        trees,
         problems,
     };
 }
@@ -118,24 +125,30 @@ export function parseCompose(text: string, file?: string, hostFiles?: Record<str
     const problems: Problem[] = [...root.problems];
     const cache = new Map<string, LoadedCompose>();
 
-    const resolve = (loaded: LoadedCompose, dir: string | undefined, name: string, seen: string[]): Record<string, any> => {
+    /** A service merged with what it extends, and where each of its keys is written in `file`. */
+    type Resolved = { service: Record<string, any>; tree: LineTree };
+    const resolve = (loaded: LoadedCompose, dir: string | undefined, name: string, seen: string[]): Resolved => {
         const service = loaded.services[name];
-        if (!isMapping(service)) return {};
+        const tree = loaded.trees[name] ?? {};
+        if (!isMapping(service)) return { service: {}, tree: {} };
         const ext = service.extends;
-        if (ext === undefined) return service;
+        if (ext === undefined) return { service, tree };
         const { extends: _, ...own } = service;
+        const ownTree = { ...tree, keys: { ...tree.keys } };
+        const extendsLine = ownTree.keys.extends?.line ?? tree.line;
+        delete ownTree.keys.extends;
         const ref = typeof ext === "string" ? { service: ext } : (ext as { service?: string; file?: string });
         const key = `${ref.file ?? ""}#${ref.service}`;
         if (seen.includes(key)) {
             problems.push({ message: `extends cycle: ${[...seen, key].join(" -> ")}`, where: name });
-            return own;
+            return { service: own, tree: ownTree };
         }
         let source = loaded;
         let sourceDir = dir;
         if (ref.file) {
             if (!dir) {
                 problems.push({ message: `extends ${ref.file} cannot be followed without the file's location`, where: name, unverifiable: true });
-                return own;
+                return { service: own, tree: ownTree };
             }
             const target = path.resolve(dir, ref.file);
             try {
@@ -144,15 +157,21 @@ export function parseCompose(text: string, file?: string, hostFiles?: Record<str
                 sourceDir = path.dirname(target);
             } catch (err) {
                 problems.push({ message: `extends ${ref.file}: ${(err as Error).message}`, where: name, unverifiable: true });
-                return own;
+                return { service: own, tree: ownTree };
             }
         }
-        return mergeService(resolve(source, sourceDir, String(ref.service), [...seen, key]), own);
+        const base = resolve(source, sourceDir, String(ref.service), [...seen, key]);
+        // What another file contributes is reported on the `extends` line of this one.
+        const baseTree = ref.file ? relocateLines(base.tree, extendsLine) : base.tree;
+        return { service: mergeService(base.service, own), tree: mergeLines(base.service, own, baseTree, ownTree, REPLACED) };
     };
 
     const dir = file ? path.dirname(path.resolve(file)) : undefined;
     const containers = Object.keys(root.services)
         .filter((name) => isMapping(root.services[name]))
-        .map((name) => fromComposeService(name, resolve(root, dir, name, []), root.lines[name], root.volumes, hostFiles));
+        .map((name) => {
+            const { service, tree } = resolve(root, dir, name, []);
+            return fromComposeService(name, service, root.lines[name], root.volumes, hostFiles, flattenLines(tree));
+        });
     return { containers, networks: root.networks, problems };
 }

@@ -11,6 +11,8 @@ export interface ContainerSpec {
     origin: "compose" | "docker:Container";
     /** Line of the service in its compose file, where known. */
     line?: number;
+    /** Where a compose service writes its keys (by compose path: `privileged`, `deploy.resources.limits.pids`) and each list entry. */
+    source?: { keys: Record<string, number>; entries: Partial<Record<ListField, (number | undefined)[]>> };
     /** Unknown values are kept as Pulumi's unknown sentinel; rules report them as unverifiable. */
     image?: unknown;
     capDrop: string[];
@@ -36,6 +38,19 @@ export interface ContainerSpec {
     hostFiles?: Record<string, string>;
     /** The properties above whose source values are (or contain) unknowns at preview. */
     unknown: Set<ContainerField>;
+}
+
+type ListField = "capAdd" | "securityOpt" | "devices";
+
+/** The line of the first compose key of `c` that is written (`lineAt(c, "pids_limit", "deploy.resources.limits.pids")`), else the service's. */
+export function lineAt(c: ContainerSpec, ...keys: string[]): number | undefined {
+    for (const key of keys) if (c.source?.keys[key] !== undefined) return c.source.keys[key];
+    return c.line;
+}
+
+/** The line of entry `index` of a list property (a cap_add entry, a device), else its key's, else the service's. */
+export function entryLine(c: ContainerSpec, field: ListField, index: number): number | undefined {
+    return c.source?.entries[field]?.[index] ?? c.line;
 }
 
 export type ContainerField =
@@ -76,6 +91,8 @@ export interface Mount {
     literal?: boolean;
     /** Mounted read-only (`:ro`, `read_only: true`). */
     readOnly?: boolean;
+    /** Where the entry is written, where known. */
+    line?: number;
 }
 
 export interface PortBinding {
@@ -84,6 +101,8 @@ export interface PortBinding {
     target: string;
     /** The declaration as written, for messages. */
     text: string;
+    /** Where the entry is written, where known. */
+    line?: number;
 }
 
 const asStrings = (value: unknown): string[] => (Array.isArray(value) ? value.map(String) : value === undefined || value === null ? [] : [String(value)]);
@@ -96,7 +115,7 @@ export const normalizeSecurityOpt = (opt: string) => opt.replace(/\s/g, "").toLo
 /** One problem per security_opt entry that `pattern` matches (normalized); fails closed while they are unknown. */
 export function securityOptsMatching(c: ContainerSpec, pattern: RegExp): Problem[] {
     return whenKnown(c, ["securityOpt"], () =>
-        c.securityOpt.filter((o) => pattern.test(normalizeSecurityOpt(o))).map((o) => ({ message: `${c.name} sets security_opt ${o}`, line: c.line, where: c.name })),
+        c.securityOpt.flatMap((o, i) => (pattern.test(normalizeSecurityOpt(o)) ? [{ message: `${c.name} sets security_opt ${o}`, line: entryLine(c, "securityOpt", i), where: c.name }] : [])),
     );
 }
 
@@ -111,7 +130,14 @@ export type NamedVolumes = Record<string, any>;
  * are judged with their variables unset: `${VAR:-default}` is its default, and a
  * variable without one makes the property unknown (the rules that read it fail closed).
  */
-export function fromComposeService(name: string, raw: Record<string, any>, line?: number, namedVolumes: NamedVolumes = {}, hostFiles?: Record<string, string>): ContainerSpec {
+export function fromComposeService(
+    name: string,
+    raw: Record<string, any>,
+    line?: number,
+    namedVolumes: NamedVolumes = {},
+    hostFiles?: Record<string, string>,
+    lines: Record<string, number> = {},
+): ContainerSpec {
     const unknown = unknownFieldsOf(raw, COMPOSE_FIELDS);
     const service: Record<string, any> = {};
     for (const [key, value] of Object.entries(raw)) {
@@ -125,10 +151,22 @@ export function fromComposeService(name: string, raw: Record<string, any>, line?
         if (resolved.unknown) for (const field of COMPOSE_FIELDS[key] ?? []) unknown.add(field);
     }
     const limits = service.deploy?.resources?.limits ?? {};
+    // An entry's line, else its key's (a scalar where a list may be), else the service's.
+    const at = (key: string, i: number) => lines[`${key}.${i}`] ?? lines[key] ?? line;
+    const listLines = (key: string, value: unknown) => asStrings(value).map((_, i) => at(key, i));
+    const devicesList = Array.isArray(service.devices) ? service.devices : service.devices === undefined || service.devices === null ? [] : [service.devices];
     return {
         name,
         origin: "compose",
         line,
+        source: {
+            keys: lines,
+            entries: {
+                capAdd: listLines("cap_add", service.cap_add),
+                securityOpt: listLines("security_opt", service.security_opt),
+                devices: [...devicesList.map((_: unknown, i: number) => at("devices", i)), ...listLines("device_cgroup_rules", service.device_cgroup_rules)],
+            },
+        },
         image: service.image,
         capDrop: asStrings(service.cap_drop).map(normalizeCapability),
         capAdd: asStrings(service.cap_add).map(normalizeCapability),
@@ -143,13 +181,11 @@ export function fromComposeService(name: string, raw: Record<string, any>, line?
             cgroup: String(service.cgroup ?? ""),
         },
         devices: [
-            ...(Array.isArray(service.devices) ? service.devices : service.devices === undefined || service.devices === null ? [] : [service.devices]).map((d: unknown) =>
-                typeof d === "string" ? d : JSON.stringify(d),
-            ),
+            ...devicesList.map((d: unknown) => (typeof d === "string" ? d : JSON.stringify(d))),
             ...asStrings(service.device_cgroup_rules),
         ],
-        mounts: (Array.isArray(service.volumes) ? service.volumes : []).map((v: unknown) => composeMount(v, namedVolumes)),
-        ports: (Array.isArray(service.ports) ? service.ports : []).map(composePort),
+        mounts: (Array.isArray(service.volumes) ? service.volumes : []).map((v: unknown, i: number) => ({ ...composeMount(v, namedVolumes), line: at("volumes", i) })),
+        ports: (Array.isArray(service.ports) ? service.ports : []).map((p: unknown, i: number) => ({ ...composePort(p), line: at("ports", i) })),
         pidsLimit: service.pids_limit ?? limits.pids,
         memoryLimit: service.mem_limit ?? limits.memory,
         environment: composeEnvironment(service.environment),

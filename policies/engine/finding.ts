@@ -8,6 +8,8 @@ export interface Problem {
     line?: number;
     /** The service, keyword, key path or resource the problem is about. */
     where?: string;
+    /** The line where `where` itself is written (a service's name), when `line` is a key inside it: a suppression there covers the finding too. */
+    subjectLine?: number;
     /** The rule needed a value it could not see: fail closed. */
     unverifiable?: boolean;
     /** A fix for this case, when the rule's general remediation would be wrong or vague for it. */

@@ -94,7 +94,9 @@ export function judgeComposeFile(compose: ComposeFile, ctx: JudgeContext, origin
     const resolution = stamp(parseRule("compose"), compose.problems, origin);
     return [
         ...resolution,
-        ...compose.containers.flatMap((container) => rulesOf("container").flatMap((rule) => stamp(rule, rule.check(container, ctx), origin))),
+        ...compose.containers.flatMap((container) =>
+            rulesOf("container").flatMap((rule) => stamp(rule, rule.check(container, ctx).map((p) => (container.line ? { ...p, subjectLine: container.line } : p)), origin)),
+        ),
     ];
 }
 

@@ -48,7 +48,8 @@ export function inlineSuppressions(comments: Comment[]): Suppression[] {
 
 /**
  * Findings of `file` with its inline suppressions applied: a finding on a suppression's
- * line (or the line below, when the comment is alone on its line), of a rule it names,
+ * line (or the line below, when the comment is alone on its line), or inside the service
+ * written there, of a rule it names,
  * about one subject, is suppressed when the suppression gives a reason; a suppression without a reason, or naming no rule that exists, is a
  * finding itself (and suppresses nothing).
  */
@@ -72,7 +73,7 @@ export function applyInlineSuppressions(findings: Finding[], file: string, comme
     }
     // A finding inside an embedded file (a write_files entry) is never suppressed from the outer
     // file: one comment there would accept all of a file the reviewer cannot read beside it.
-    const covers = (s: Suppression, f: Finding) => f.file === file && !f.within?.length && f.line !== undefined && !f.suppressed && s.lines.includes(f.line) && s.rules.includes(f.rule);
+    const covers = (s: Suppression, f: Finding) => f.file === file && !f.within?.length && f.line !== undefined && !f.suppressed && (s.lines.includes(f.line) || (f.subjectLine !== undefined && s.lines.includes(f.subjectLine))) && s.rules.includes(f.rule);
     const by = new Map<Finding, Suppression>();
     for (const s of valid) {
         const covered = findings.filter((f) => covers(s, f));

@@ -1,5 +1,6 @@
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
+import { lineOfLeaf } from "../engine/cloudInit";
 
 /** Groups that are root in all but name: sudo rights, or the rootful Docker socket. */
 const ROOT_GROUPS = ["sudo", "wheel", "admin", "docker"];
@@ -19,10 +20,10 @@ export const cloudInitNoPasswordlessSudoForAgent: Rule = {
         users.forEach((user: any, i: number) => {
             if (typeof user !== "object" || user?.name !== ctx.agentUser) return;
             if (user.sudo !== undefined && user.sudo !== false && user.sudo !== null) {
-                problems.push({ message: `users[${i}] (${ctx.agentUser}) has sudo: ${JSON.stringify(user.sudo)}`, line: doc.lines.users, where: `users[${i}]` });
+                problems.push({ message: `users[${i}] (${ctx.agentUser}) has sudo: ${JSON.stringify(user.sudo)}`, line: lineOfLeaf(doc, `users[${i}].sudo`), where: `users[${i}]` });
             }
             const groups = list(user.groups).filter((g) => ROOT_GROUPS.includes(g));
-            if (groups.length > 0) problems.push({ message: `users[${i}] (${ctx.agentUser}) is in ${groups.join(", ")}`, line: doc.lines.users, where: `users[${i}]` });
+            if (groups.length > 0) problems.push({ message: `users[${i}] (${ctx.agentUser}) is in ${groups.join(", ")}`, line: lineOfLeaf(doc, `users[${i}].groups`) ?? doc.lines.users, where: `users[${i}]` });
         });
         for (const file of doc.files.filter((f) => /^\/etc\/sudoers(\.d\/.*)?$/.test(f.path))) {
             const names = new RegExp(`^\\s*(${ctx.agentUser}|ALL)\\s`);

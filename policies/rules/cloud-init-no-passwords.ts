@@ -1,6 +1,6 @@
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
-import { stringLeaves } from "../engine/cloudInit";
+import { lineOfLeaf, stringLeaves } from "../engine/cloudInit";
 import { logicalLines, programOf } from "../engine/shell";
 
 /** A crypt(3) hash ($1$, $5$, $6$, $y$, ...) rather than a password in clear. */
@@ -32,9 +32,9 @@ export const cloudInitNoPasswords: Rule = {
         users.forEach((user: any, i: number) => {
             if (user === null || typeof user !== "object") return;
             const who = user.name ? ` (${user.name})` : "";
-            if (user.plain_text_passwd !== undefined) problems.push({ message: `users[${i}]${who} has a password in clear (plain_text_passwd)`, line: doc.lines.users, where: `users[${i}]` });
+            if (user.plain_text_passwd !== undefined) problems.push({ message: `users[${i}]${who} has a password in clear (plain_text_passwd)`, line: lineOfLeaf(doc, `users[${i}].plain_text_passwd`), where: `users[${i}]` });
             for (const key of ["passwd", "hashed_passwd"]) {
-                if (user[key] !== undefined) problems.push({ message: `users[${i}]${who} has a password hash (${key})`, line: doc.lines.users, where: `users[${i}]` });
+                if (user[key] !== undefined) problems.push({ message: `users[${i}]${who} has a password hash (${key})`, line: lineOfLeaf(doc, `users[${i}].${key}`), where: `users[${i}]` });
             }
         });
         if (typeof data.password === "string" && data.password !== "") problems.push({ message: "the default user has a password in clear (password)", line: doc.lines.password, where: "password" });
@@ -47,11 +47,11 @@ export const cloudInitNoPasswords: Rule = {
             ];
             for (const entry of entries) {
                 const hashed = entry.type === "hash" || HASH.test(entry.password);
-                problems.push({ message: `chpasswd sets a password ${hashed ? "hash" : "in clear"} for ${entry.name || "a user"}`, line: doc.lines.chpasswd, where: "chpasswd" });
+                problems.push({ message: `chpasswd sets a password ${hashed ? "hash" : "in clear"} for ${entry.name || "a user"}`, line: lineOfLeaf(doc, "chpasswd"), where: "chpasswd" });
             }
         }
         for (const leaf of stringLeaves(doc)) {
-            if (/passwd|usermod/.test(leaf.value) && logicalLines(leaf.value).some(setsPasswordIn)) problems.push({ message: `a command sets a password in ${leaf.path}`, line: doc.lines[leaf.path.split(/[.[ ]/)[0]], where: leaf.path });
+            if (/passwd|usermod/.test(leaf.value) && logicalLines(leaf.value).some(setsPasswordIn)) problems.push({ message: `a command sets a password in ${leaf.path}`, line: lineOfLeaf(doc, leaf.path), where: leaf.path });
         }
         return problems;
     },

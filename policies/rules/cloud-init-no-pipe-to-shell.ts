@@ -1,5 +1,5 @@
 import type { Rule } from "../engine/rule";
-import { stringLeaves } from "../engine/cloudInit";
+import { lineOfLeaf, stringLeaves } from "../engine/cloudInit";
 import { downloadsAndRuns, logicalLines } from "../engine/shell";
 
 export const cloudInitNoPipeToShell: Rule = {
@@ -12,5 +12,5 @@ export const cloudInitNoPipeToShell: Rule = {
     check: (doc) =>
         stringLeaves(doc)
             .filter((leaf) => /curl|wget|fetch|aria2c|http|GET/.test(leaf.value) && logicalLines(leaf.value).some(downloadsAndRuns))
-            .map((leaf) => ({ message: `download piped into a shell in ${leaf.path}`, where: leaf.path })),
+            .map((leaf) => ({ message: `download piped into a shell in ${leaf.path}`, where: leaf.path, line: lineOfLeaf(doc, leaf.path) })),
 };

@@ -1,7 +1,7 @@
 import { TAILNET_AUTH_KEY_PATH, TAILNET_AUTH_KEY_PLACEHOLDER } from "../contract";
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
-import { stringLeaves } from "../engine/cloudInit";
+import { lineOfLeaf, stringLeaves } from "../engine/cloudInit";
 import { findSecrets } from "../engine/secrets";
 
 /** A Tailscale auth key, or the placeholder it replaces at deploy time. */
@@ -28,7 +28,7 @@ export const cloudInitNoSecrets: Rule = {
         for (const leaf of stringLeaves(doc)) {
             if (leaf.path.endsWith(` ${TAILNET_AUTH_KEY_PATH}`) || HOST_KEY_PATH.test(leaf.path)) continue;
             for (const secret of findSecrets(leaf.value)) {
-                problems.push({ message: `${secret.kind} (${secret.preview}) in ${leaf.path}`, where: leaf.path, line: doc.lines[leaf.path.split(/[.[ ]/)[0]] });
+                problems.push({ message: `${secret.kind} (${secret.preview}) in ${leaf.path}`, where: leaf.path, line: lineOfLeaf(doc, leaf.path) });
             }
         }
         return problems;

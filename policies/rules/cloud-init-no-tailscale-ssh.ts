@@ -1,5 +1,5 @@
 import type { Rule } from "../engine/rule";
-import { stringLeaves } from "../engine/cloudInit";
+import { lineOfLeaf, stringLeaves } from "../engine/cloudInit";
 import { logicalLines } from "../engine/shell";
 
 const TAILSCALE_SSH = /\btailscale\s+(up|set|login)\b[^\n;&|]*\s--ssh(=true)?(\s|$)/;
@@ -13,5 +13,5 @@ export const cloudInitNoTailscaleSsh: Rule = {
         stringLeaves(doc)
             // A command continued over lines (`tailscale up \` ... `--ssh`) is one line to the shell.
             .filter((leaf) => logicalLines(leaf.value).some((line) => TAILSCALE_SSH.test(line)))
-            .map((leaf) => ({ message: `Tailscale SSH enabled in ${leaf.path}`, where: leaf.path })),
+            .map((leaf) => ({ message: `Tailscale SSH enabled in ${leaf.path}`, where: leaf.path, line: lineOfLeaf(doc, leaf.path) })),
 };

@@ -1,5 +1,5 @@
 import type { Rule } from "../engine/rule";
-import { whenKnown } from "../engine/container";
+import { entryLine, whenKnown } from "../engine/container";
 
 /** What a build-and-test shell may need after dropping ALL; nothing that reaches the kernel or the network stack. */
 export const ALLOWED_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID"];
@@ -11,8 +11,6 @@ export const containersAddOnlyAllowedCapabilities: Rule = {
     remediation: `Remove the other entries from cap_add; keep at most ${ALLOWED_CAPABILITIES.join(", ")}.`,
     check: (c) =>
         whenKnown(c, ["capAdd"], () =>
-            c.capAdd
-            .filter((cap) => !ALLOWED_CAPABILITIES.includes(cap))
-            .map((cap) => ({ message: `${c.name} adds capability ${cap}`, line: c.line, where: c.name, fix: `Remove ${cap} from cap_add; keep at most ${ALLOWED_CAPABILITIES.join(", ")}.` })),
+            c.capAdd.flatMap((cap, i) => ALLOWED_CAPABILITIES.includes(cap) ? [] : [{ message: `${c.name} adds capability ${cap}`, line: entryLine(c, "capAdd", i), where: c.name, fix: `Remove ${cap} from cap_add; keep at most ${ALLOWED_CAPABILITIES.join(", ")}.` }]),
         ),
 };

@@ -17,7 +17,7 @@ export const containersBrowserNoWorkspace: Rule = {
             // Only a container that mounts /workspace needs to be told apart from a browser.
             return whenKnown(c, ["image"], () => {
                 const isBrowser = BROWSER.test(c.name) || /browser/i.test(c.name) || (typeof c.image === "string" && BROWSER.test(c.image));
-                return isBrowser ? workspace.map((m) => ({ message: `browser service ${c.name} mounts ${m.target}`, line: c.line, where: c.name })) : [];
+                return isBrowser ? workspace.map((m) => ({ message: `browser service ${c.name} mounts ${m.target}`, line: m.line ?? c.line, where: c.name })) : [];
             });
         }),
 };

@@ -1,5 +1,5 @@
 import type { Rule } from "../engine/rule";
-import { whenKnown } from "../engine/container";
+import { lineAt, whenKnown } from "../engine/container";
 
 export const containersDropAllCapabilities: Rule = {
     kind: "container",
@@ -8,6 +8,6 @@ export const containersDropAllCapabilities: Rule = {
     remediation: "Add `cap_drop: [ALL]` to the service (capabilities.drops: [\"ALL\"] on a docker Container).",
     check: (c) =>
         whenKnown(c, ["capDrop"], () =>
-            (c.capDrop.includes("ALL") ? [] : [{ message: `${c.name} does not drop ALL capabilities`, line: c.line, where: c.name }]),
+            (c.capDrop.includes("ALL") ? [] : [{ message: `${c.name} does not drop ALL capabilities`, line: lineAt(c, "cap_drop"), where: c.name }]),
         ),
 };

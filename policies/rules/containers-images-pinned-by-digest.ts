@@ -1,5 +1,5 @@
 import type { Rule } from "../engine/rule";
-import { whenKnown } from "../engine/container";
+import { lineAt, whenKnown } from "../engine/container";
 import { BUILT_SANDBOX_SHELL_PLACEHOLDER } from "../contract";
 
 const PINNED = /@sha256:[0-9a-f]{64}$/;
@@ -13,13 +13,13 @@ export const containersImagesPinnedByDigest: Rule = {
     remediation: "Pin the image: `docker buildx imagetools inspect <image>:<tag>` gives the digest; write `<image>:<tag>@sha256:<digest>`.",
     check: (c) =>
         whenKnown(c, ["image"], () => {
-            if (typeof c.image !== "string" || c.image === "") return [{ message: `${c.name} has no image (a local build is not pinned)`, line: c.line, where: c.name }];
+            if (typeof c.image !== "string" || c.image === "") return [{ message: `${c.name} has no image (a local build is not pinned)`, line: lineAt(c, "image", "build"), where: c.name }];
             if (PINNED.test(c.image) || c.image === BUILT_SANDBOX_SHELL_PLACEHOLDER) return [];
             const reference = c.image.replace(/@.*$/, "");
             return [
                 {
                     message: `${c.name} image ${c.image} is not pinned by digest`,
-                    line: c.line,
+                    line: lineAt(c, "image"),
                     where: c.name,
                     fix: `Pin it: \`docker buildx imagetools inspect ${reference}\` prints the digest; write image: ${reference}@sha256:<that digest>.`,
                 },

@@ -1,5 +1,5 @@
 import type { Rule } from "../engine/rule";
-import { whenKnown } from "../engine/container";
+import { entryLine, whenKnown } from "../engine/container";
 
 export const containersNoDevices: Rule = {
     kind: "container",
@@ -8,6 +8,6 @@ export const containersNoDevices: Rule = {
     remediation: "Remove the devices / device_cgroup_rules entries.",
     check: (c) =>
         whenKnown(c, ["devices"], () =>
-            c.devices.map((d) => ({ message: `${c.name} maps host device ${d}`, line: c.line, where: c.name })),
+            c.devices.map((d, i) => ({ message: `${c.name} maps host device ${d}`, line: entryLine(c, "devices", i), where: c.name })),
         ),
 };

@@ -23,9 +23,9 @@ export const containersNoDockerSocket: Rule = {
             const problems: Problem[] = [];
             for (const { mount, host } of hostBinds(c)) {
                 if (host === "unknowable") {
-                    problems.push({ message: `${c.name} mounts ${mount.source}, whose host path depends on a variable`, line: c.line, where: c.name, unverifiable: true });
+                    problems.push({ message: `${c.name} mounts ${mount.source}, whose host path depends on a variable`, line: mount.line ?? c.line, where: c.name, unverifiable: true });
                 } else if (ENGINE_SOCKETS.some((socket) => coversPath(host, socket))) {
-                    problems.push({ message: `${c.name} mounts ${mount.source}, which is or contains a container-engine socket`, line: c.line, where: c.name });
+                    problems.push({ message: `${c.name} mounts ${mount.source}, which is or contains a container-engine socket`, line: mount.line ?? c.line, where: c.name });
                 }
             }
             return problems;

@@ -1,5 +1,5 @@
 import type { Rule } from "../engine/rule";
-import { whenKnown } from "../engine/container";
+import { lineAt, whenKnown } from "../engine/container";
 
 /** The compose key for each namespace. */
 const COMPOSE_KEYS: Record<string, string> = { network: "network_mode", pid: "pid", ipc: "ipc", userns: "userns_mode", uts: "uts", cgroup: "cgroup" };
@@ -13,6 +13,6 @@ export const containersNoHostNamespaces: Rule = {
         whenKnown(c, ["namespaces"], () =>
             Object.entries(c.namespaces)
             .filter(([, mode]) => mode.toLowerCase() === "host")
-            .map(([ns]) => ({ message: `${c.name} uses the host ${ns} namespace`, line: c.line, where: c.name, fix: `Remove ${COMPOSE_KEYS[ns] ?? ns}: host${ns === "network" ? "; publish the ports it needs on 127.0.0.1 instead" : ""}.` })),
+            .map(([ns]) => ({ message: `${c.name} uses the host ${ns} namespace`, line: lineAt(c, COMPOSE_KEYS[ns] ?? ns), where: c.name, fix: `Remove ${COMPOSE_KEYS[ns] ?? ns}: host${ns === "network" ? "; publish the ports it needs on 127.0.0.1 instead" : ""}.` })),
         ),
 };

@@ -13,6 +13,6 @@ export const containersNoHostSecretMounts: Rule = {
         whenKnown(c, ["mounts"], () =>
             hostBinds(c)
                 .filter(({ host }) => host !== "unknowable" && SECRET_PATHS.some((secret) => coversPath(host, secret)))
-                .map(({ mount }) => ({ message: `${c.name} mounts host path ${mount.source}`, line: c.line, where: c.name })),
+                .map(({ mount }) => ({ message: `${c.name} mounts host path ${mount.source}`, line: mount.line ?? c.line, where: c.name })),
         ),
 };

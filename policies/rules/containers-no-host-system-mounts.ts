@@ -31,7 +31,7 @@ export const containersNoHostSystemMounts: Rule = {
                 const tree = SYSTEM_TREES.find((t) => within(host, t)) ?? SYSTEM_DIRECTORIES.find((d) => coversPath(host, d));
                 if (!tree) return [];
                 const what = coversPath(tree, host) ? `the host's ${tree}` : `which contains the host's ${tree}`;
-                return [{ message: `${c.name} mounts host path ${mount.source} (${what})`, line: c.line, where: c.name }];
+                return [{ message: `${c.name} mounts host path ${mount.source} (${what})`, line: mount.line ?? c.line, where: c.name }];
             }),
         ),
 };

@@ -1,5 +1,5 @@
 import type { Rule } from "../engine/rule";
-import { normalizeSecurityOpt, whenKnown } from "../engine/container";
+import { entryLine, lineAt, normalizeSecurityOpt, whenKnown } from "../engine/container";
 
 export const containersNoNewPrivileges: Rule = {
     kind: "container",
@@ -10,7 +10,8 @@ export const containersNoNewPrivileges: Rule = {
         whenKnown(c, ["securityOpt"], () => {
             const opts = c.securityOpt.map(normalizeSecurityOpt);
             const set = opts.some((o) => o === "no-new-privileges" || o === "no-new-privileges:true" || o === "no-new-privileges=true");
-            const unset = opts.some((o) => o === "no-new-privileges:false" || o === "no-new-privileges=false");
-            return set && !unset ? [] : [{ message: `${c.name} does not set no-new-privileges`, line: c.line, where: c.name }];
+            const unset = opts.findIndex((o) => o === "no-new-privileges:false" || o === "no-new-privileges=false");
+            if (set && unset < 0) return [];
+            return [{ message: `${c.name} does not set no-new-privileges`, line: unset >= 0 ? entryLine(c, "securityOpt", unset) : lineAt(c, "security_opt"), where: c.name }];
         }),
 };

@@ -1,5 +1,5 @@
 import type { Rule } from "../engine/rule";
-import { whenKnown } from "../engine/container";
+import { lineAt, whenKnown } from "../engine/container";
 
 export const containersNotPrivileged: Rule = {
     kind: "container",
@@ -8,6 +8,6 @@ export const containersNotPrivileged: Rule = {
     remediation: "Remove `privileged: true`; add the specific allowed capability instead if one is really needed.",
     check: (c) =>
         whenKnown(c, ["privileged"], () =>
-            (c.privileged ? [{ message: `${c.name} is privileged`, line: c.line, where: c.name }] : []),
+            (c.privileged ? [{ message: `${c.name} is privileged`, line: lineAt(c, "privileged"), where: c.name }] : []),
         ),
 };

@@ -13,10 +13,10 @@ export const containersPortsPrivateOnly: Rule = {
         whenKnown(c, ["ports"], () =>
             c.ports.flatMap((p): Problem[] => {
             const ip = p.hostIp?.replace(/^\[|\]$/g, "");
-            if (!ip) return [{ message: `${c.name} publishes ${p.text} on every address`, line: c.line, where: c.name, fix: fixFor(c, p) }];
+            if (!ip) return [{ message: `${c.name} publishes ${p.text} on every address`, line: p.line ?? c.line, where: c.name, fix: fixFor(c, p) }];
             if (ip === TAILNET_IPV4_PLACEHOLDER || isLoopbackAddress(ip) || isTailnetAddress(ip)) return [];
-            if (/\$/.test(ip)) return [{ message: `${c.name} publishes ${p.text} on an address set by a variable`, line: c.line, where: c.name, unverifiable: true }];
-            return [{ message: `${c.name} publishes ${p.text} on ${ip}, which is neither loopback nor tailnet`, line: c.line, where: c.name, fix: fixFor(c, p) }];
+            if (/\$/.test(ip)) return [{ message: `${c.name} publishes ${p.text} on an address set by a variable`, line: p.line ?? c.line, where: c.name, unverifiable: true }];
+            return [{ message: `${c.name} publishes ${p.text} on ${ip}, which is neither loopback nor tailnet`, line: p.line ?? c.line, where: c.name, fix: fixFor(c, p) }];
         }),
         ),
 };

@@ -1,6 +1,6 @@
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
-import { whenKnown } from "../engine/container";
+import { lineAt, whenKnown } from "../engine/container";
 
 /** A limit is present and finite: not missing, not 0/-1 (both mean "unlimited"). */
 function finite(value: unknown): boolean {
@@ -29,7 +29,7 @@ export const containersResourceLimits: Rule = {
                         : label === "pids"
                           ? "Set `pids_limit: 256` (or deploy.resources.limits.pids)."
                           : "Set `mem_limit: 3g` (or deploy.resources.limits.memory).";
-                problems.push({ message: `${c.name} has no finite ${label} limit`, line: c.line, where: c.name, fix });
+                problems.push({ message: `${c.name} has no finite ${label} limit`, line: lineAt(c, ...(label === "pids" ? ["pids_limit", "deploy.resources.limits.pids"] : ["mem_limit", "deploy.resources.limits.memory"])), where: c.name, fix });
             }
             return problems;
         }),

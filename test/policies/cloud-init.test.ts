@@ -100,3 +100,28 @@ describe("cloud-init rules", () => {
         expect(cloudInit(text)).toEqual([]);
     });
 });
+
+describe("cloud-init findings on the line that causes them", () => {
+    it("names the runcmd entry, the user's key and the write_files entry, not line 1", () => {
+        const text = [
+            "#cloud-config", //                                          1
+            "ssh_pwauth: true", //                                       2
+            "users:", //                                                 3
+            "  - name: ops", //                                          4
+            "    lock_passwd: false", //                                 5
+            "    plain_text_passwd: hunter2-" + "x", //                 6
+            "runcmd:", //                                                7
+            "  - apt-get update", //                                     8
+            "  - curl -fsSL https://get.example/install.sh | sh", //    9
+            "write_files:", //                                           10
+            "  - path: /usr/local/bin/setup", //                         11
+            "    content: |", //                                         12
+            "      wget -qO- https://get.example/x | bash", //          13
+            "",
+        ].join("\n");
+        const lines = cloudInit(text).map((f) => `${f.rule}:${f.line}`).sort();
+        expect(lines).toEqual(
+            ["cloud-init-no-passwords:6", "cloud-init-no-pipe-to-shell:11", "cloud-init-no-pipe-to-shell:9", "cloud-init-ssh-password-auth-off:2"].sort(),
+        );
+    });
+});

@@ -5,58 +5,59 @@ import { compose, composeText, DIGEST, hardenedService, resource, resources, rul
 import { tempDir } from "../helpers/stacks";
 
 /** Change ONE property of a hardened service; expect exactly the matching rule (or rules). */
-const violations: [string, (s: Record<string, any>) => void, string | string[]][] = [
-    ["no cap_drop", (s) => delete s.cap_drop, "containers-drop-all-capabilities"],
-    ["cap_drop without ALL", (s) => (s.cap_drop = ["NET_RAW"]), "containers-drop-all-capabilities"],
-    ["cap_add NET_ADMIN", (s) => s.cap_add.push("NET_ADMIN"), "containers-add-only-allowed-capabilities"],
-    ["cap_add SYS_ADMIN with CAP_ prefix", (s) => s.cap_add.push("CAP_SYS_ADMIN"), "containers-add-only-allowed-capabilities"],
-    ["cap_add ALL", (s) => (s.cap_add = ["ALL"]), "containers-add-only-allowed-capabilities"],
-    ["privileged", (s) => (s.privileged = true), "containers-not-privileged"],
-    ["no no-new-privileges", (s) => (s.security_opt = []), "containers-no-new-privileges"],
-    ["no-new-privileges:false", (s) => (s.security_opt = ["no-new-privileges:false"]), "containers-no-new-privileges"],
-    ["seccomp=unconfined", (s) => s.security_opt.push("seccomp=unconfined"), "containers-no-unconfined-profiles"],
-    ["apparmor:unconfined", (s) => s.security_opt.push("apparmor:unconfined"), "containers-no-unconfined-profiles"],
-    ["its own seccomp profile", (s) => s.security_opt.push("seccomp=/opt/permissive.json"), "containers-no-own-seccomp-profile"],
-    ["its own seccomp profile, colon form", (s) => s.security_opt.push("seccomp:./profile.json"), "containers-no-own-seccomp-profile"],
-    ["network_mode host", (s) => (s.network_mode = "host"), "containers-no-host-namespaces"],
-    ["pid host", (s) => (s.pid = "host"), "containers-no-host-namespaces"],
-    ["ipc host", (s) => (s.ipc = "host"), "containers-no-host-namespaces"],
-    ["userns_mode host", (s) => (s.userns_mode = "host"), "containers-no-host-namespaces"],
-    ["a device", (s) => (s.devices = ["/dev/fuse:/dev/fuse"]), "containers-no-devices"],
-    ["image by tag", (s) => (s.image = "registry.example/agent-shell:1.0"), "containers-images-pinned-by-digest"],
-    ["image :latest", (s) => (s.image = "nginx:latest"), "containers-images-pinned-by-digest"],
-    ["image without tag", (s) => (s.image = "nginx"), "containers-images-pinned-by-digest"],
-    ["build without image", (s) => { delete s.image; s.build = "."; }, "containers-images-pinned-by-digest"],
-    ["rootful socket, short syntax", (s) => s.volumes.push("/var/run/docker.sock:/var/run/docker.sock"), "containers-no-docker-socket"],
-    ["rootful socket under /run", (s) => s.volumes.push("/run/docker.sock:/sock"), "containers-no-docker-socket"],
-    ["rootless socket", (s) => s.volumes.push("/run/user/1000/docker.sock:/var/run/docker.sock"), "containers-no-docker-socket"],
-    ["rootless socket via XDG_RUNTIME_DIR", (s) => s.volumes.push("${XDG_RUNTIME_DIR}/docker.sock:/d.sock"), "containers-no-docker-socket"],
-    ["socket, long syntax", (s) => s.volumes.push({ type: "bind", source: "/var/run/docker.sock", target: "/d.sock" }), "containers-no-docker-socket"],
-    ["parent /var/run", (s) => s.volumes.push("/var/run:/host-run"), "containers-no-docker-socket"],
-    ["parent /run/user", (s) => s.volumes.push("/run/user:/x:ro"), "containers-no-docker-socket"],
-    ["/etc", (s) => s.volumes.push("/etc:/host-etc:ro"), "containers-no-host-secret-mounts"],
-    ["~/.ssh", (s) => s.volumes.push("~/.ssh:/root/.ssh:ro"), "containers-no-host-secret-mounts"],
-    ["/root", (s) => s.volumes.push({ type: "bind", source: "/root", target: "/r" }), "containers-no-host-secret-mounts"],
+/** Each case names the text of the line its finding must point at: the key or entry that causes it, or the service when a key is missing. */
+const violations: [string, (s: Record<string, any>) => void, string | string[], string][] = [
+    ["no cap_drop", (s) => delete s.cap_drop, "containers-drop-all-capabilities", "shell:"],
+    ["cap_drop without ALL", (s) => (s.cap_drop = ["NET_RAW"]), "containers-drop-all-capabilities", "cap_drop:"],
+    ["cap_add NET_ADMIN", (s) => s.cap_add.push("NET_ADMIN"), "containers-add-only-allowed-capabilities", "NET_ADMIN"],
+    ["cap_add SYS_ADMIN with CAP_ prefix", (s) => s.cap_add.push("CAP_SYS_ADMIN"), "containers-add-only-allowed-capabilities", "CAP_SYS_ADMIN"],
+    ["cap_add ALL", (s) => (s.cap_add = ["ALL"]), "containers-add-only-allowed-capabilities", "- ALL"],
+    ["privileged", (s) => (s.privileged = true), "containers-not-privileged", "privileged:"],
+    ["no no-new-privileges", (s) => (s.security_opt = []), "containers-no-new-privileges", "security_opt:"],
+    ["no-new-privileges:false", (s) => (s.security_opt = ["no-new-privileges:false"]), "containers-no-new-privileges", "no-new-privileges:false"],
+    ["seccomp=unconfined", (s) => s.security_opt.push("seccomp=unconfined"), "containers-no-unconfined-profiles", "seccomp=unconfined"],
+    ["apparmor:unconfined", (s) => s.security_opt.push("apparmor:unconfined"), "containers-no-unconfined-profiles", "apparmor:unconfined"],
+    ["its own seccomp profile", (s) => s.security_opt.push("seccomp=/opt/permissive.json"), "containers-no-own-seccomp-profile", "permissive.json"],
+    ["its own seccomp profile, colon form", (s) => s.security_opt.push("seccomp:./profile.json"), "containers-no-own-seccomp-profile", "profile.json"],
+    ["network_mode host", (s) => (s.network_mode = "host"), "containers-no-host-namespaces", "network_mode:"],
+    ["pid host", (s) => (s.pid = "host"), "containers-no-host-namespaces", "pid:"],
+    ["ipc host", (s) => (s.ipc = "host"), "containers-no-host-namespaces", "ipc:"],
+    ["userns_mode host", (s) => (s.userns_mode = "host"), "containers-no-host-namespaces", "userns_mode:"],
+    ["a device", (s) => (s.devices = ["/dev/fuse:/dev/fuse"]), "containers-no-devices", "/dev/fuse"],
+    ["image by tag", (s) => (s.image = "registry.example/agent-shell:1.0"), "containers-images-pinned-by-digest", "image:"],
+    ["image :latest", (s) => (s.image = "nginx:latest"), "containers-images-pinned-by-digest", "image:"],
+    ["image without tag", (s) => (s.image = "nginx"), "containers-images-pinned-by-digest", "image:"],
+    ["build without image", (s) => { delete s.image; s.build = "."; }, "containers-images-pinned-by-digest", "build:"],
+    ["rootful socket, short syntax", (s) => s.volumes.push("/var/run/docker.sock:/var/run/docker.sock"), "containers-no-docker-socket", "docker.sock"],
+    ["rootful socket under /run", (s) => s.volumes.push("/run/docker.sock:/sock"), "containers-no-docker-socket", "docker.sock"],
+    ["rootless socket", (s) => s.volumes.push("/run/user/1000/docker.sock:/var/run/docker.sock"), "containers-no-docker-socket", "docker.sock"],
+    ["rootless socket via XDG_RUNTIME_DIR", (s) => s.volumes.push("${XDG_RUNTIME_DIR}/docker.sock:/d.sock"), "containers-no-docker-socket", "docker.sock"],
+    ["socket, long syntax", (s) => s.volumes.push({ type: "bind", source: "/var/run/docker.sock", target: "/d.sock" }), "containers-no-docker-socket", "type: bind"],
+    ["parent /var/run", (s) => s.volumes.push("/var/run:/host-run"), "containers-no-docker-socket", "/var/run:"],
+    ["parent /run/user", (s) => s.volumes.push("/run/user:/x:ro"), "containers-no-docker-socket", "/run/user:"],
+    ["/etc", (s) => s.volumes.push("/etc:/host-etc:ro"), "containers-no-host-secret-mounts", "/etc:"],
+    ["~/.ssh", (s) => s.volumes.push("~/.ssh:/root/.ssh:ro"), "containers-no-host-secret-mounts", "~/.ssh"],
+    ["/root", (s) => s.volumes.push({ type: "bind", source: "/root", target: "/r" }), "containers-no-host-secret-mounts", "type: bind"],
     // /home holds every ~/.ssh and the rootless engine's state (~/.local/share/docker).
-    ["/home (parent of ~/.ssh)", (s) => s.volumes.push("/home:/home"), ["containers-no-host-secret-mounts", "containers-no-host-system-mounts"]],
-    ["/proc (every host process's environment)", (s) => s.volumes.push("/proc:/host/proc:ro"), "containers-no-host-system-mounts"],
-    ["one process under /proc", (s) => s.volumes.push("/proc/1/environ:/env:ro"), "containers-no-host-system-mounts"],
-    ["/sys", (s) => s.volumes.push({ type: "bind", source: "/sys", target: "/host/sys", read_only: true }), "containers-no-host-system-mounts"],
-    ["/var/lib/docker (another container's config)", (s) => s.volumes.push("/var/lib/docker:/var/lib/docker"), "containers-no-host-system-mounts"],
-    ["a container's directory under /var/lib/docker", (s) => s.volumes.push("/var/lib/docker/containers:/c:ro"), "containers-no-host-system-mounts"],
-    ["the rootless engine's data root", (s) => s.volumes.push("~/.local/share/docker:/d"), "containers-no-host-system-mounts"],
-    ["/var/lib (parent of the engine's state)", (s) => s.volumes.push("/var/lib:/host-lib"), "containers-no-host-system-mounts"],
-    ["/usr whole", (s) => s.volumes.push("/usr:/host-usr:ro"), "containers-no-host-system-mounts"],
-    ["port without host IP", (s) => s.ports.push("3000:3000"), "containers-ports-private-only"],
-    ["port on an IPv4-mapped public address", (s) => s.ports.push("[::ffff:203.0.113.5]:443:443"), "containers-ports-private-only"],
-    ["port on 0.0.0.0", (s) => s.ports.push("0.0.0.0:3000:3000"), "containers-ports-private-only"],
-    ["container port only", (s) => s.ports.push(3000), "containers-ports-private-only"],
-    ["long port without host_ip", (s) => s.ports.push({ target: 3000, published: 3000 }), "containers-ports-private-only"],
-    ["port on a public address", (s) => s.ports.push("203.0.113.5:443:443"), "containers-ports-private-only"],
-    ["port on [::]", (s) => s.ports.push("[::]:443:443"), "containers-ports-private-only"],
-    ["no pids limit", (s) => delete s.pids_limit, "containers-resource-limits"],
-    ["unlimited pids", (s) => (s.pids_limit = -1), "containers-resource-limits"],
-    ["no memory limit", (s) => delete s.mem_limit, "containers-resource-limits"],
+    ["/home (parent of ~/.ssh)", (s) => s.volumes.push("/home:/home"), ["containers-no-host-secret-mounts", "containers-no-host-system-mounts"], "/home:"],
+    ["/proc (every host process's environment)", (s) => s.volumes.push("/proc:/host/proc:ro"), "containers-no-host-system-mounts", "/proc:"],
+    ["one process under /proc", (s) => s.volumes.push("/proc/1/environ:/env:ro"), "containers-no-host-system-mounts", "/proc/1"],
+    ["/sys", (s) => s.volumes.push({ type: "bind", source: "/sys", target: "/host/sys", read_only: true }), "containers-no-host-system-mounts", "type: bind"],
+    ["/var/lib/docker (another container's config)", (s) => s.volumes.push("/var/lib/docker:/var/lib/docker"), "containers-no-host-system-mounts", "/var/lib/docker:"],
+    ["a container's directory under /var/lib/docker", (s) => s.volumes.push("/var/lib/docker/containers:/c:ro"), "containers-no-host-system-mounts", "/var/lib/docker/containers"],
+    ["the rootless engine's data root", (s) => s.volumes.push("~/.local/share/docker:/d"), "containers-no-host-system-mounts", ".local/share/docker"],
+    ["/var/lib (parent of the engine's state)", (s) => s.volumes.push("/var/lib:/host-lib"), "containers-no-host-system-mounts", "/var/lib:"],
+    ["/usr whole", (s) => s.volumes.push("/usr:/host-usr:ro"), "containers-no-host-system-mounts", "/usr:"],
+    ["port without host IP", (s) => s.ports.push("3000:3000"), "containers-ports-private-only", "3000:3000"],
+    ["port on an IPv4-mapped public address", (s) => s.ports.push("[::ffff:203.0.113.5]:443:443"), "containers-ports-private-only", "::ffff:203.0.113.5"],
+    ["port on 0.0.0.0", (s) => s.ports.push("0.0.0.0:3000:3000"), "containers-ports-private-only", "0.0.0.0:3000"],
+    ["container port only", (s) => s.ports.push(3000), "containers-ports-private-only", "- 3000"],
+    ["long port without host_ip", (s) => s.ports.push({ target: 3000, published: 3000 }), "containers-ports-private-only", "target: 3000"],
+    ["port on a public address", (s) => s.ports.push("203.0.113.5:443:443"), "containers-ports-private-only", "203.0.113.5:443"],
+    ["port on [::]", (s) => s.ports.push("[::]:443:443"), "containers-ports-private-only", "[::]:443"],
+    ["no pids limit", (s) => delete s.pids_limit, "containers-resource-limits", "shell:"],
+    ["unlimited pids", (s) => (s.pids_limit = -1), "containers-resource-limits", "pids_limit:"],
+    ["no memory limit", (s) => delete s.mem_limit, "containers-resource-limits", "shell:"],
 ];
 
 describe("container rules on compose", () => {
@@ -64,12 +65,13 @@ describe("container rules on compose", () => {
         expect(compose(composeText({ shell: hardenedService() }))).toEqual([]);
     });
 
-    it.each(violations)("%s -> %s", (_, change, rule) => {
+    it.each(violations)("%s -> %s", (_, change, rule, lineText) => {
         const service = hardenedService();
         change(service);
-        const findings = compose(composeText({ shell: service }), "compose.yml");
+        const text = composeText({ shell: service });
+        const findings = compose(text, "compose.yml");
         expect(ruleIds(findings)).toEqual([rule].flat());
-        expect(findings[0].line).toBe(2);
+        for (const f of findings) expect(text.split("\n")[f.line! - 1], `${f.rule} at line ${f.line}`).toContain(lineText);
         expect(findings[0].file).toBe("compose.yml");
         expect(findings[0].remediation.length).toBeGreaterThan(10);
     });
@@ -149,6 +151,38 @@ describe("container rules on compose", () => {
         fs.writeFileSync(file, text);
         const findings = compose(text, file);
         expect(findings.map((f) => `${f.where}:${f.rule}`)).toEqual(["remote:containers-no-docker-socket"]);
+    });
+
+    it("points at the line that causes a finding through `<<` merges, aliases and extends", () => {
+        const dir = tempDir("extends-lines");
+        const base = ["services:", "  base:", "    privileged: true", ""].join("\n");
+        fs.writeFileSync(path.join(dir, "base.yml"), base);
+        const text = [
+            "x-risky: &risky", //                                     1
+            "  cap_add: [NET_ADMIN]", //                              2
+            "x-sock: &sock /var/run/docker.sock:/var/run/docker.sock", // 3
+            "services:", //                                           4
+            "  merged:", //                                           5
+            "    <<: *risky", //                                      6
+            "    image: nginx@sha256:" + "ab".repeat(32), //          7
+            "    volumes: [./data:/data, *sock]", //                  8
+            "  child:", //                                            9
+            "    extends: merged", //                                 10
+            "    volumes:", //                                        11
+            "      - /proc:/host/proc:ro", //                         12
+            "  remote:", //                                           13
+            "    extends: { file: base.yml, service: base }", //      14
+            "",
+        ].join("\n");
+        const file = path.join(dir, "compose.yml");
+        fs.writeFileSync(file, text);
+        const at = (where: string, rule: string) => compose(text, file).filter((f) => f.where === where && f.rule === rule).map((f) => f.line);
+        expect(at("merged", "containers-add-only-allowed-capabilities")).toEqual([2]); // the anchor's entry
+        expect(at("merged", "containers-no-docker-socket")).toEqual([8]); // the alias's use in the list
+        expect(at("merged", "containers-drop-all-capabilities")).toEqual([5]); // missing: the service
+        expect(at("child", "containers-no-docker-socket")).toEqual([8]); // inherited from merged
+        expect(at("child", "containers-no-host-system-mounts")).toEqual([12]); // its own entry, after the inherited ones
+        expect(at("remote", "containers-not-privileged")).toEqual([14]); // another file's key: the extends line
     });
 
     it("an extends it cannot follow is unverifiable, not a pass", () => {
