@@ -71,7 +71,9 @@ export function detectKind(file: string, text: string): CheckKind | undefined {
     for (const [name, kind] of NAMES) if (name.test(base)) return kind;
     // A `services:` mapping, read without expanding aliases (an alias bomb is refused later, by the judge).
     if (/\.ya?ml$/.test(base) && YAML.isMap(YAML.parseDocument(text).get("services", true))) return "compose";
-    if (/^\s*(ListenAddress|PermitRootLogin|PasswordAuthentication|ForceCommand|AcceptEnv|Match)\s/im.test(text)) return "sshd";
+    // An ssh client config (`Host` blocks) shares keywords with sshd's, but sshd has no `Host` keyword.
+    const firstKeyword = /^\s*([A-Za-z]+)/m.exec(text.replace(/^\s*#.*$/gm, ""))?.[1].toLowerCase();
+    if (firstKeyword !== "host" && /^\s*(ListenAddress|PermitRootLogin|PasswordAuthentication|ForceCommand|AcceptEnv|Match)\s/im.test(text)) return "sshd";
     return undefined;
 }
 
@@ -249,8 +251,8 @@ function isFile(file: string): boolean {
     }
 }
 
-/** Names worth opening in a walk; what they hold decides. */
-const CANDIDATE = /(\.(ya?ml|json|cfg|conf|in)$|(^|[._-])sshd_config([._-][\w.-]*)?$|^user[-_]?data$)/i;
+/** Names worth opening in a walk; what they hold decides (cloud-init templates are often `*.tpl`, `*.tftpl`, `*.j2`). */
+const CANDIDATE = /(\.(ya?ml|json|cfg|conf|in|tpl|tftpl|j2)$|(^|[._-])sshd_config([._-][\w.-]*)?$|user[-_]?data|cloud[-_]?(init|config))/i;
 
 function judgedInTree(file: string): boolean {
     if (!CANDIDATE.test(path.basename(file))) return false;

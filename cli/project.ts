@@ -23,3 +23,18 @@ export function inProject(what: string, ...parts: string[]): string {
     }
     return path.relative(process.cwd(), path.join(root, ...parts)) || ".";
 }
+
+const airlockProjects = new Map<string, boolean>();
+
+/** Whether `dir` is inside an airlock project (a clone or a fork): the nearest Pulumi.yaml above it names the project airlock. */
+export function isAirlockProject(dir: string): boolean {
+    const root = projectRoot(dir);
+    if (root === undefined) return false;
+    let known = airlockProjects.get(root);
+    if (known === undefined) {
+        const text = fs.readFileSync(path.join(root, "Pulumi.yaml"), "utf8");
+        known = /^name:\s*["']?airlock["']?\s*(#.*)?$/m.test(text);
+        airlockProjects.set(root, known);
+    }
+    return known;
+}

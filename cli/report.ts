@@ -52,8 +52,8 @@ export function report(findings: Finding[], format: Format | boolean | undefined
         const log = toSarif(findings, policy ?? loadPolicy(), packageVersion(), Array.isArray(extra.errors) ? (extra.errors as string[]) : [], sarif?.category ?? "airlock/");
         process.stdout.write(`${JSON.stringify(log, null, 2)}\n`);
     } else if (as === "json") {
-        // subjectLine only tells suppressions where a service starts: not part of the report.
-        const listed = findings.map(({ subjectLine: _, ...f }) => f);
+        // Where a service starts and which profiles a finding is in only steer suppressions and --profile: not part of the report.
+        const listed = findings.map(({ subjectLine: _line, profiles: _profiles, ...f }) => f);
         process.stdout.write(`${JSON.stringify({ ...extra, violations, findings: listed }, null, 2)}\n`);
     }
     else if (shown.length > 0) {

@@ -5,6 +5,8 @@ import addFormats from "ajv-formats";
 import { describe, expect, it } from "vitest";
 import { airlock } from "./helpers/cli";
 import { REPO, tempDir } from "./helpers/stacks";
+import type { Finding } from "../policies/engine/finding";
+import { ALL_RULES } from "../policies/policy";
 
 /**
  * `airlock check` adopted on a repository of someone else's: a baseline of what it
@@ -268,5 +270,51 @@ describe("airlock check --format sarif, for code scanning", () => {
         expect(moved.map(([rule, print]: string[]) => [rule, print])).toEqual(first.map(([rule, print]: string[]) => [rule, print]));
         expect(moved.map((r: number[]) => r[2])).toEqual(first.map((r: number[]) => r[2] + 2));
         expect(new Set(first.map((r: string[]) => r[1])).size).toBe(first.length);
+    });
+
+    it("a walked folder: an ssh client config is not an sshd config, and a YAML key that is a collection prints no warning", () => {
+        const repo = scratchRepository({
+            "ssh/sandbox.ssh_config.in": "# how the gateway reaches the sandbox\nHost sandbox\n\tHostName 100.64.0.2\n\tUser agent\n\tPasswordAuthentication no\n",
+            "deploy/compose.yml": `services:\n${service("web")}\n    environment:\n      ? { hostname }\n      : x\n`,
+        });
+        const result = airlock(["check", "."], { cwd: repo });
+        expect(result.stderr).toBe("");
+        expect(result.stdout).toBe("clean\n");
+        expect(result.status).toBe(0);
+    });
+
+    it("profiles: generic outside an airlock project, airlock inside one; --profile and --only choose instead", () => {
+        const plain = "services:\n  web:\n    image: nginx:1.27\n    cap_add: [NET_BIND_SERVICE, SYS_ADMIN]\n";
+        const sshdConfig = "PermitRootLogin no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nListenAddress 0.0.0.0\n";
+        const files = { "compose.yml": plain, "sshd_config": sshdConfig };
+        const other = scratchRepository(files);
+        const ours = scratchRepository({ ...files, "Pulumi.yaml": "name: airlock\nruntime: nodejs\n" });
+        const outside = airlock(["check", "compose.yml", "sshd_config", "--json"], { cwd: other });
+        const generic = JSON.parse(outside.stdout);
+        // Docker's own default capability is no finding in the generic profile; SYS_ADMIN is.
+        expect(generic.findings.map((f: Finding) => `${f.rule}:${f.line}:${f.message}`)).toEqual(["containers-add-only-allowed-capabilities:4:web adds capability SYS_ADMIN"]);
+        expect(generic.profiles).toEqual({ "compose.yml": "generic", sshd_config: "generic" });
+        const inside = JSON.parse(airlock(["check", "compose.yml", "sshd_config", "--json"], { cwd: ours }).stdout);
+        expect(inside.profiles).toEqual({ "compose.yml": "airlock", sshd_config: "airlock" });
+        const strict = inside.findings.map((f: Finding) => f.rule);
+        for (const rule of ["containers-drop-all-capabilities", "containers-images-pinned-by-digest", "sshd-listen-tailnet-only"]) expect(strict).toContain(rule);
+        expect(inside.findings.filter((f: Finding) => f.rule === "containers-add-only-allowed-capabilities")).toHaveLength(2);
+        // Judged from elsewhere, a file keeps its own project's profile.
+        expect(JSON.parse(airlock(["check", path.join(ours, "compose.yml"), "--json"], { cwd: other }).stdout).violations).toBe(inside.findings.filter((f: Finding) => f.file?.endsWith("compose.yml")).length);
+        expect(JSON.parse(airlock(["check", "--profile", "airlock", "compose.yml", "--json"], { cwd: other }).stdout).profiles).toEqual({ "compose.yml": "airlock" });
+        expect(rulesOf(airlock(["check", "--only", "containers-images-pinned-by-digest", "compose.yml"], { cwd: other }).stdout)).toEqual(["compose.yml:3: containers-images-pinned-by-digest"]);
+        const bad = airlock(["check", "--profile", "strict", "compose.yml"], { cwd: other });
+        expect(bad.status).toBe(2);
+        expect(bad.stderr).toContain("--profile");
+    });
+
+    it("docs/policy-pack.md names exactly the rules of the generic profile", () => {
+        const page = fs.readFileSync(path.join(REPO, "docs/policy-pack.md"), "utf8");
+        const line = /Rules in the generic profile[^]*?\):([^]*?)\.\n/.exec(page)![1];
+        const listed = [...line.matchAll(/`([a-z0-9-]+)`/g)].map((m) => m[1]).sort();
+        const generic = ALL_RULES.filter((r) => r.profiles.includes("generic") && !r.id.endsWith("-parses") && r.id !== "suppressions-give-a-reason").map((r) => r.id).sort();
+        expect(listed).toEqual(generic);
+        expect(generic.length).toBeGreaterThan(10);
+        expect(ALL_RULES.every((r) => r.profiles.includes("airlock"))).toBe(true);
     });
 });

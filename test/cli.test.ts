@@ -20,7 +20,7 @@ function loadedModules(args: string[]): { status: number | null; modules: string
 describe("the airlock command", () => {
     const dir = tempDir("fast");
     const compose = path.join(dir, "compose.yml");
-    fs.writeFileSync(compose, "services:\n  web:\n    image: nginx:1.27\n");
+    fs.writeFileSync(compose, "services:\n  web:\n    image: nginx:1.27\n    privileged: true\n");
     const preview = path.join(dir, "preview.json");
     const urn = "urn:pulumi:dev::airlock::hcloud:index/firewall:Firewall::fw";
     const rules = [{ direction: "in", protocol: "tcp", port: "22", sourceIps: ["0.0.0.0/0"] }];
@@ -61,7 +61,7 @@ describe("the airlock command", () => {
         expect(fs.statSync(AIRLOCK_BIN).mode & 0o111).not.toBe(0);
         const result = spawnSync("npm", ["run", "-s", "airlock", "--", "check", compose], { cwd: REPO, encoding: "utf8" });
         expect(result.status).toBe(1);
-        expect(result.stdout).toContain(`${compose}:3: containers-images-pinned-by-digest`);
+        expect(result.stdout).toContain(`${compose}:4: containers-not-privileged`);
     });
 });
 

@@ -291,11 +291,16 @@ describe("the docs", () => {
         expect(marker === "agent-config" ? cfg.gateway.agent?.memoryDb.enabled : cfg.gateway.github?.maxPermissions).toBeTruthy();
     });
 
-    it("the pre-commit snippet uses the hook .pre-commit-hooks.yaml defines", () => {
-        const snippet = YAML.parse(all.find((b) => b.marker === "pre-commit")!.text);
+    it("every pre-commit snippet is a whole .pre-commit-config.yaml using the hook .pre-commit-hooks.yaml defines", () => {
+        const snippets = all.filter((b) => b.marker === "pre-commit");
+        expect(snippets.length).toBeGreaterThanOrEqual(2);
         const hooks = YAML.parse(fs.readFileSync(path.join(REPO, ".pre-commit-hooks.yaml"), "utf8"));
-        expect(snippet[0].hooks).toEqual([{ id: hooks[0].id }]);
-        expect(Object.keys(snippet[0])).toEqual(["repo", "rev", "hooks"]);
+        for (const block of snippets) {
+            const config = YAML.parse(block.text);
+            expect(Object.keys(config)).toEqual(["repos"]);
+            expect(config.repos[0].hooks).toEqual([{ id: hooks[0].id }]);
+            expect(Object.keys(config.repos[0])).toEqual(["repo", "rev", "hooks"]);
+        }
     });
 
     it("the layout lists what is in the repository", () => {

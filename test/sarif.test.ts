@@ -33,7 +33,7 @@ describe("--format sarif", () => {
     });
 
     it("check: valid SARIF 2.1.0, rules with descriptions and help, results at file and line", () => {
-        const result = airlock(["check", compose, userData, "--format", "sarif"], { cwd: dir });
+        const result = airlock(["check", "--profile", "airlock", compose, userData, "--format", "sarif"], { cwd: dir });
         expect(result.status).toBe(1);
         const log = JSON.parse(result.stdout);
         expect(valid(log)).toBe(true);

@@ -5,12 +5,15 @@ import { ConfigError } from "../../policies/contract";
 import type { Finding } from "../../policies/engine/finding";
 import { applyBaseline, BaselineLabel, fingerprints } from "../../policies/engine/suppressions";
 import { ALL_RULES } from "../../policies/policy";
+import { PROFILES, Profile } from "../../policies/engine/profile";
 import { checkFile, CheckKind, checkStdin, filesInTree } from "../check";
 import { Cli, EXIT } from "../command";
+import { isAirlockProject } from "../project";
 import { Format, formatOf, policyOf, relativeToRepository, report, STDIN_NAME, withFormat } from "../report";
 
 interface CheckOptions {
     kind?: CheckKind;
+    profile?: Profile;
     json?: boolean;
     format?: Format;
     only: string[];
@@ -27,6 +30,7 @@ export function define(command: Command, cli: Cli) {
     command
         .argument("<paths...>", "files, folders (walked for the kinds it judges) or - for standard input")
         .addOption(new Option("--kind <kind>", "what the files are (detected when omitted)").choices(["compose", "sshd", "cloud-init", "preview"]))
+        .addOption(new Option("--profile <profile>", "generic: the hardening any file should meet; airlock: every rule (default: airlock inside an airlock project, else generic)").choices([...PROFILES]))
         .option("--only <rules>", "judge only these rules (comma-separated, repeatable); a file that cannot be parsed is still reported", collect, [])
         .option("--skip <rules>", "do not report these rules (comma-separated, repeatable)", collect, [])
         .option("--ignore <glob>", "in folders, leave out paths matching this glob, relative to the folder (repeatable; .git and node_modules always)", collect, [])
@@ -57,6 +61,10 @@ export function define(command: Command, cli: Cli) {
         let findings: Finding[] = [];
         const errors: string[] = [];
         const files: string[] = [];
+        const profiles: Record<string, Profile> = {};
+        const profilesOf = new Map(ALL_RULES.map((r) => [r.id, r.profiles]));
+        // A file is judged by its own project's profile; --only names the rules itself.
+        const judgedBy = (file: string): Profile => opts.profile ?? (isAirlockProject(file === "-" ? process.cwd() : path.dirname(path.resolve(file))) ? "airlock" : "generic");
         let internal = false;
         // One bad file never hides the findings for the others.
         for (const given of paths) {
@@ -70,9 +78,12 @@ export function define(command: Command, cli: Cli) {
                 continue;
             }
             for (const file of targets) {
-                files.push(file === "-" ? STDIN_NAME : file);
+                const name = file === "-" ? STDIN_NAME : file;
+                files.push(name);
+                const profile = (profiles[name] = judgedBy(file));
                 try {
-                    findings.push(...(file === "-" ? checkStdin(opts.kind, policy) : checkFile(file, opts.kind, policy)));
+                    const found = file === "-" ? checkStdin(opts.kind, policy) : checkFile(file, opts.kind, policy);
+                    findings.push(...(only.size > 0 ? found : found.filter((f) => (f.profiles ?? profilesOf.get(f.rule) ?? PROFILES).includes(profile))));
                 } catch (err) {
                     if (err instanceof ConfigError) errors.push(...err.problems);
                     else {
@@ -100,7 +111,7 @@ export function define(command: Command, cli: Cli) {
             return EXIT.clean;
         }
         if (baseline) findings = applyBaseline(findings, prints, baseline, opts.baseline!, relativeToRepository);
-        const extra = { files, ...(errors.length > 0 ? { errors } : {}) };
+        const extra = { files, profiles, ...(errors.length > 0 ? { errors } : {}) };
         const code = report(findings, formatOf(opts), extra, errors.length === 0 ? "clean" : undefined, policy, { category: "airlock/check/" });
         for (const line of errors) process.stderr.write(`${line}\n`);
         return internal ? EXIT.internal : errors.length > 0 ? EXIT.badInput : code;

@@ -77,7 +77,7 @@ export function parseCloudInit(text: string): CloudInitDoc {
     }
     const lineCounter = new YAML.LineCounter();
     // cloud-init (PyYAML) takes the last of duplicate keys, and so does this.
-    const doc = YAML.parseDocument(text, { lineCounter, merge: true, uniqueKeys: false });
+    const doc = YAML.parseDocument(text, { lineCounter, merge: true, uniqueKeys: false, logLevel: "error" });
     if (doc.errors.length > 0) throw new CloudInitParseError(`cloud-config: ${doc.errors[0].message.split("\n")[0]}`, doc.errors[0].linePos?.[0].line);
     let parsed: unknown;
     try {

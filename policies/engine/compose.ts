@@ -47,7 +47,7 @@ const isMapping = (v: unknown): v is Record<string, any> => v !== null && typeof
 
 function load(text: string, label: string): LoadedCompose {
     const lineCounter = new YAML.LineCounter();
-    const doc = YAML.parseDocument(text.replace(/^\uFEFF/, ""), { merge: true, lineCounter, uniqueKeys: false });
+    const doc = YAML.parseDocument(text.replace(/^\uFEFF/, ""), { merge: true, lineCounter, uniqueKeys: false, logLevel: "error" });
     if (doc.errors.length > 0) throw new ComposeParseError(`${label}: ${doc.errors[0].message.split("\n")[0]}`, doc.errors[0].linePos?.[0].line);
     let data: unknown;
     try {

@@ -353,6 +353,27 @@ export function hostBinds(c: ContainerSpec): { mount: Mount; host: string }[] {
 }
 
 /**
+ * Whether a host path that a variable starts (`${CONFIG}/web`) could be `target` or one
+ * of its parents, whatever the variable holds: only when the fixed segments after the
+ * last variable can end a prefix of `target` (`${X}/run` could be /run; `${X}/web` is
+ * never a parent of /run/docker.sock). Nothing fixed after it (`${X}`), or a variable
+ * inside a segment, could be anything.
+ */
+export function couldCoverPath(source: string, target: string): boolean {
+    const tail = /^(.*)(\$\{[^}]*\}|\$[A-Za-z_][A-Za-z0-9_]*)(.*)$/s.exec(source)?.[3] ?? source;
+    if (!tail.startsWith("/")) return true;
+    const fixed = tail.split("/").filter(Boolean);
+    if (fixed.length === 0 || fixed.some((s) => s === ".." || s === ".")) return true;
+    const segments = target.replace(/^\/var\/run(?=\/|$)/, "/run").split("/").filter(Boolean);
+    // In the targets `*` is a uid (/run/user/*/docker.sock).
+    const same = (fixedSegment: string, targetSegment: string) => fixedSegment === targetSegment || (targetSegment === "*" && /^\d+$/.test(fixedSegment));
+    for (let end = fixed.length; end <= segments.length; end++) {
+        if (fixed.every((segment, i) => same(segment, segments[end - fixed.length + i]))) return true;
+    }
+    return false;
+}
+
+/**
  * True when the host path `dir` is `target` or one of its parent directories
  * (`*` in either matches one path segment; /var/run is /run).
  */

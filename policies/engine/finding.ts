@@ -1,4 +1,5 @@
 import type { JudgeContext } from "./context";
+import type { Profile } from "./profile";
 
 /** What every rule returns, and what every front end (pack, check, gate) prints. */
 
@@ -14,6 +15,8 @@ export interface Problem {
     unverifiable?: boolean;
     /** A fix for this case, when the rule's general remediation would be wrong or vague for it. */
     fix?: string;
+    /** This finding belongs to fewer profiles than its rule (a stricter reading of the same rule). */
+    profiles?: readonly Profile[];
 }
 
 /** A file inside the one judged: a write_files entry, a Stash's cloud-init.yaml. */
@@ -44,6 +47,8 @@ export interface RuleInfo {
     description: string;
     /** How to fix a finding. */
     remediation: string;
+    /** The profiles that judge with it (see profile.ts): every rule is in `airlock`, the general hardening also in `generic`. */
+    profiles: readonly Profile[];
     /** What this rule compares against, from policies/config.json. */
     compares?: (keyof JudgeContext)[];
 }

@@ -1,3 +1,4 @@
+import { GENERIC } from "./profile";
 import { artifactsOf, BUNDLE_NAME } from "../contract";
 import { RULES } from "../rules";
 import { parseHujson, wildcardProblems, tailnetAclNoWildcards } from "../rules/tailnet-acl-no-wildcards";
@@ -47,10 +48,11 @@ function stamp(rule: Pick<Rule, "id" | "remediation">, problems: Problem[], orig
 
 /** Findings about an artifact that cannot be judged at all (fail closed). */
 export const PARSE_RULES: RuleInfo[] = [
-    { id: "sshd-parses", description: "An sshd config must be self-contained (no Include) so all of it is judged.", remediation: "Inline the included settings; airlock configs are self-contained on purpose." },
-    { id: "compose-parses", description: "A compose file must parse and every `extends` must resolve before its services are judged.", remediation: "Fix the YAML and make every `extends` resolvable." },
+    { id: "sshd-parses", profiles: GENERIC, description: "An sshd config must be self-contained (no Include) so all of it is judged.", remediation: "Inline the included settings; airlock configs are self-contained on purpose." },
+    { id: "compose-parses", profiles: GENERIC, description: "A compose file must parse and every `extends` must resolve before its services are judged.", remediation: "Fix the YAML and make every `extends` resolvable." },
     {
         id: "cloud-init-parses",
+        profiles: GENERIC,
         description: "user_data must be #cloud-config (or a script) that parses, plain or as one line of base64 (of its gzip) as cloud-init's Hetzner datasource decodes it; MIME or Jinja user_data cannot be judged.",
         remediation: "Render #cloud-config, sent plain or as base64 of its gzip on one line.",
     },
@@ -58,6 +60,7 @@ export const PARSE_RULES: RuleInfo[] = [
 /** The preview itself (`airlock check preview.json`); not a pack policy: CrossGuard hands the pack resources, not a file. */
 export const PREVIEW_PARSES: RuleInfo = {
     id: "preview-parses",
+    profiles: GENERIC,
     description: "A preview (`pulumi preview --json`, `pulumi stack export`) must hold resources to judge.",
     remediation: "Pass the complete output of `pulumi preview --json` or `pulumi stack export`.",
 };

@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import type { Finding, RuleInfo } from "./finding";
+import { GENERIC } from "./profile";
 
 /**
  * Silencing a finding on purpose, as linters allow, without ever hiding it: an inline
@@ -10,6 +11,7 @@ import type { Finding, RuleInfo } from "./finding";
 
 export const SUPPRESSION_RULE: RuleInfo = {
     id: "suppressions-give-a-reason",
+    profiles: GENERIC,
     description: "An inline suppression (`# airlock: ignore[rule-id] reason`) names rules that exist and says why the finding is accepted.",
     remediation: "Write the reason after the bracket (`# airlock: ignore[containers-no-devices] the scanner needs /dev/kvm`), and name the rule exactly as the finding does.",
 };

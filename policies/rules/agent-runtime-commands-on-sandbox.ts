@@ -1,3 +1,4 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import * as path from "node:path";
 import * as YAML from "yaml";
 import { FORBIDDEN_ENV, HERMES_RUNTIME, isHermesImage } from "../contract";
@@ -63,6 +64,7 @@ function envFileSays(text: string): Record<string, string> {
 export const agentRuntimeCommandsOnSandbox: Rule = {
     kind: "container",
     id: "agent-runtime-commands-on-sandbox",
+    profiles: AIRLOCK_ONLY,
     description:
         "An agent runtime (Hermes Agent) runs every command over ssh on the sandbox, never in its own container: its terminal is pinned in Hermes's " +
         "managed scope (read-only /etc/hermes/config.yaml and /etc/hermes/.env, which Hermes lays over the config.yaml and .env of its state volume) " +

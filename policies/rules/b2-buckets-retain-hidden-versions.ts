@@ -1,3 +1,4 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
 import { containsUnknown, unverifiable } from "../engine/finding";
@@ -14,6 +15,7 @@ export const b2BucketsRetainHiddenVersions: Rule = {
     kind: "resource",
     types: TYPES_B2,
     id: "b2-buckets-retain-hidden-versions",
+    profiles: AIRLOCK_ONLY,
     compares: ["retentionDays"],
     description:
         "A host can only hide files, so its bucket must keep hidden versions for at least the configured retention: no lifecycle " +

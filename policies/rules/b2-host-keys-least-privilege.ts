@@ -1,3 +1,4 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
 import { containsUnknown, unverifiable } from "../engine/finding";
@@ -10,6 +11,7 @@ export const b2HostKeysLeastPrivilege: Rule = {
     kind: "resource",
     types: TYPES_B2,
     id: "b2-host-keys-least-privilege",
+    profiles: AIRLOCK_ONLY,
     description:
         "A B2 key that reaches a host can list, read and write its own bucket and nothing else: no deleteFiles, no bucket or key " +
         "management, restricted to one bucket. Only operator keys (purpose: operator) may prune.",

@@ -1,8 +1,10 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import type { Rule } from "../engine/rule";
 
 export const cloudInitNamedBundleJudged: Rule = {
     kind: "cloud-init",
     id: "cloud-init-named-bundle-judged",
+    profiles: AIRLOCK_ONLY,
     description:
         "A host whose user_data installs a host code bundle (/etc/airlock/bundle.json, /etc/airlock/bundle-files.json) carries, in the stash beside it, " +
         "the bundle whose bytes have the sha256 it names, and a list its installer takes: every file it installs is then judged as the host writes it.",

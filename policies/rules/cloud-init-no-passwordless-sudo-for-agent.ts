@@ -1,3 +1,4 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
 import { lineOfLeaf } from "../engine/cloudInit";
@@ -11,6 +12,7 @@ const list = (value: unknown): string[] =>
 export const cloudInitNoPasswordlessSudoForAgent: Rule = {
     kind: "cloud-init",
     id: "cloud-init-no-passwordless-sudo-for-agent",
+    profiles: AIRLOCK_ONLY,
     compares: ["agentUser"],
     description: "The agent user gets no sudo rights and no root-equivalent group (sudo, wheel, admin, docker), in users or in a sudoers file.",
     remediation: "Remove `sudo:` and those groups from the agent's users entry and any sudoers line naming it.",

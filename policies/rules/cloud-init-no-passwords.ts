@@ -1,3 +1,4 @@
+import { GENERIC } from "../engine/profile";
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
 import { lineOfLeaf, stringLeaves } from "../engine/cloudInit";
@@ -21,6 +22,7 @@ function setsPasswordIn(line: string): boolean {
 export const cloudInitNoPasswords: Rule = {
     kind: "cloud-init",
     id: "cloud-init-no-passwords",
+    profiles: GENERIC,
     description:
         "user_data sets no password: not in clear (plain_text_passwd, chpasswd, `password:`, a chpasswd command) and not as a hash " +
         "(passwd, hashed_passwd: crackable offline by any process that reads the metadata service, and it enables password login).",

@@ -1,3 +1,4 @@
+import { GENERIC } from "../engine/profile";
 import type { Rule } from "../engine/rule";
 import { lineOfLeaf, stringLeaves } from "../engine/cloudInit";
 import { downloadsAndRuns, logicalLines } from "../engine/shell";
@@ -5,6 +6,7 @@ import { downloadsAndRuns, logicalLines } from "../engine/shell";
 export const cloudInitNoPipeToShell: Rule = {
     kind: "cloud-init",
     id: "cloud-init-no-pipe-to-shell",
+    profiles: GENERIC,
     description:
         "Nothing downloads a script and runs it unseen: `curl ... | sh` in all its shapes (through sudo, env, tee, a path, a continued " +
         "line, python3 -), `sh -c \"$(curl ...)\"`, `bash <(curl ...)`.",

@@ -1,3 +1,4 @@
+import { GENERIC } from "../engine/profile";
 import { TAILNET_AUTH_KEY_PATH, TAILNET_AUTH_KEY_PLACEHOLDER } from "../contract";
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
@@ -13,6 +14,7 @@ const TAILNET_KEY_FILE_CONTENT = new RegExp(`^(tskey-auth-[A-Za-z0-9-]+|${TAILNE
 export const cloudInitNoSecrets: Rule = {
     kind: "cloud-init",
     id: "cloud-init-no-secrets",
+    profiles: GENERIC,
     description:
         "user_data holds no secret (GitHub tokens, private keys, cloud or B2 keys, high-entropy NAME=value) - the metadata " +
         `service serves it to any process on the host. Two exceptions: the single-use tailnet join key in ${TAILNET_AUTH_KEY_PATH}, ` +

@@ -1,3 +1,4 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import { BUILT_SANDBOX_SHELL_PLACEHOLDER, TAILNET_AUTH_KEY_PLACEHOLDER } from "../contract";
 import type { CloudInitDoc } from "../engine/cloudInit";
 import type { Rule } from "../engine/rule";
@@ -49,6 +50,7 @@ export function userDataLength(doc: CloudInitDoc): number {
 export const cloudInitWithinHetznerUserDataLimit: Rule = {
     kind: "cloud-init",
     id: "cloud-init-within-hetzner-user-data-limit",
+    profiles: AIRLOCK_ONLY,
     description:
         `The user_data is at most ${HETZNER_USER_DATA_LIMIT.toLocaleString("en")} characters as Hetzner's API receives it, the most it accepts for a server: ` +
         "a plain document counted as airlock sends one (base64 of its gzip, which cloud-init's Hetzner datasource decodes), with each value a deploy fills in (join key, host keys, bundle URL, built image) at its longest.",

@@ -1,3 +1,4 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import type { Rule } from "../engine/rule";
 import { whenKnown } from "../engine/container";
 
@@ -6,6 +7,7 @@ const BROWSER = /(headless-shell|chrom(e|ium)|browserless|playwright|puppeteer|s
 export const containersBrowserNoWorkspace: Rule = {
     kind: "container",
     id: "containers-browser-no-workspace",
+    profiles: AIRLOCK_ONLY,
     description:
         "The headless browser (reachable over CDP from the gateway) mounts nothing at /workspace: a page it loads must not " +
         "reach the agent's files.",

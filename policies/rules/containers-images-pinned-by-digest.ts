@@ -1,3 +1,4 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import type { Rule } from "../engine/rule";
 import { lineAt, whenKnown } from "../engine/container";
 import { BUILT_SANDBOX_SHELL_PLACEHOLDER } from "../contract";
@@ -7,6 +8,7 @@ const PINNED = /@sha256:[0-9a-f]{64}$/;
 export const containersImagesPinnedByDigest: Rule = {
     kind: "container",
     id: "containers-images-pinned-by-digest",
+    profiles: AIRLOCK_ONLY,
     description:
         "Every image is pinned by digest (name@sha256:...), so what was reviewed is what runs; a tag, :latest or no tag fails. " +
         `${BUILT_SANDBOX_SHELL_PLACEHOLDER} passes: airlock fills it at deploy with the built image's digest-pinned reference and refuses anything else.`,

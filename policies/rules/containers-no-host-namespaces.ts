@@ -1,3 +1,4 @@
+import { GENERIC } from "../engine/profile";
 import type { Rule } from "../engine/rule";
 import { lineAt, whenKnown } from "../engine/container";
 
@@ -7,6 +8,7 @@ const COMPOSE_KEYS: Record<string, string> = { network: "network_mode", pid: "pi
 export const containersNoHostNamespaces: Rule = {
     kind: "container",
     id: "containers-no-host-namespaces",
+    profiles: GENERIC,
     description: "No container shares the host's network, pid, ipc, user, uts or cgroup namespace.",
     remediation: "Remove network_mode/pid/ipc/userns_mode/uts/cgroup: host; publish ports explicitly instead of host networking.",
     check: (c) =>

@@ -1,3 +1,4 @@
+import { GENERIC } from "../engine/profile";
 import type { Rule } from "../engine/rule";
 import { coversPath, hostBinds, whenKnown } from "../engine/container";
 
@@ -7,6 +8,7 @@ const SECRET_PATHS = ["/etc", "/root", "/home/*/.ssh"];
 export const containersNoHostSecretMounts: Rule = {
     kind: "container",
     id: "containers-no-host-secret-mounts",
+    profiles: GENERIC,
     description: "No container mounts host secrets: /etc, /root, ~/.ssh, or a directory that contains one of them.",
     remediation: "Mount only the files the container needs (a project directory, a named volume); pass secrets per command instead.",
     check: (c) =>

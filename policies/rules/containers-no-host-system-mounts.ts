@@ -1,3 +1,4 @@
+import { GENERIC } from "../engine/profile";
 import type { Rule } from "../engine/rule";
 import { coversPath, hostBinds, whenKnown } from "../engine/container";
 
@@ -19,11 +20,12 @@ const within = (host: string, tree: string) => coversPath(tree, host) || coversP
 export const containersNoHostSystemMounts: Rule = {
     kind: "container",
     id: "containers-no-host-system-mounts",
+    profiles: GENERIC,
     description:
         "No container mounts the host's /proc, /sys, /dev or /boot, a container engine's state (/var/lib/docker, /var/lib/containerd, ~/.local/share/docker), " +
         "anything inside them, or a directory that contains one (/, /var/lib), nor the whole of /usr or /lib (CIS Docker Benchmark 5.5).",
     remediation:
-        "Remove the mount. A device goes in `devices:` (judged on its own); a tool the container needs is one file mounted read-only, or part of its image; metrics agents belong on a host that runs no agent.",
+        "Remove the mount. A tool the container needs is one file mounted read-only, or part of its image; a host-metrics exporter that needs /proc or /sys belongs on a host that runs no untrusted workload.",
     check: (c) =>
         whenKnown(c, ["mounts"], () =>
             hostBinds(c).flatMap(({ mount, host }) => {

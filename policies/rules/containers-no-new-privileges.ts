@@ -1,9 +1,11 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import type { Rule } from "../engine/rule";
 import { entryLine, lineAt, normalizeSecurityOpt, whenKnown } from "../engine/container";
 
 export const containersNoNewPrivileges: Rule = {
     kind: "container",
     id: "containers-no-new-privileges",
+    profiles: AIRLOCK_ONLY,
     description: "Every container sets no-new-privileges, so setuid binaries inside cannot raise privileges.",
     remediation: "Add `security_opt: [\"no-new-privileges:true\"]` (securityOpts on a docker Container).",
     check: (c) =>

@@ -1,3 +1,4 @@
+import { GENERIC } from "../engine/profile";
 import type { Rule } from "../engine/rule";
 import { securityOptsMatching } from "../engine/container";
 
@@ -6,6 +7,7 @@ const UNCONFINED = /^(seccomp[:=]unconfined|apparmor[:=]unconfined|label[:=]disa
 export const containersNoUnconfinedProfiles: Rule = {
     kind: "container",
     id: "containers-no-unconfined-profiles",
+    profiles: GENERIC,
     description: "No container turns off seccomp, AppArmor, SELinux labels or masked system paths.",
     remediation: "Remove seccomp=unconfined / apparmor=unconfined / label=disable / systempaths=unconfined from security_opt.",
     check: (c) => securityOptsMatching(c, UNCONFINED),

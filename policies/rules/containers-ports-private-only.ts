@@ -1,3 +1,4 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
 import { ContainerSpec, PortBinding, whenKnown } from "../engine/container";
@@ -6,6 +7,7 @@ import { isLoopbackAddress, isTailnetAddress, TAILNET_IPV4_PLACEHOLDER } from ".
 export const containersPortsPrivateOnly: Rule = {
     kind: "container",
     id: "containers-ports-private-only",
+    profiles: AIRLOCK_ONLY,
     description:
         "Published ports bind only 127.0.0.1/::1 or a tailnet address; a port without a host IP binds 0.0.0.0 and is public.",
     remediation: `Write the host IP: "127.0.0.1:8080:8080", or the tailnet address ("${TAILNET_IPV4_PLACEHOLDER}:9222:9222" is filled at boot).`,

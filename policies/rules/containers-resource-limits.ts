@@ -1,3 +1,4 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
 import { lineAt, whenKnown } from "../engine/container";
@@ -12,10 +13,11 @@ function finite(value: unknown): boolean {
 export const containersResourceLimits: Rule = {
     kind: "container",
     id: "containers-resource-limits",
+    profiles: AIRLOCK_ONLY,
     description:
         "Every container has a finite pids limit and memory limit, so a fork bomb or a leak stays inside it. " +
         "(A docker Container resource has no pids limit: run such workloads from the rendered compose file.)",
-    remediation: "Set `pids_limit: 256` and `mem_limit: 3g` (or deploy.resources.limits.pids / memory).",
+    remediation: "Set `pids_limit` and `mem_limit` to what the service needs (for example `pids_limit: 256`, `mem_limit: 512m`; or deploy.resources.limits.pids / memory).",
     check: (c) =>
         whenKnown(c, ["pidsLimit", "memoryLimit"], () => {
             const problems: Problem[] = [];
@@ -28,7 +30,7 @@ export const containersResourceLimits: Rule = {
                             : "Set memory (MB) on the Container."
                         : label === "pids"
                           ? "Set `pids_limit: 256` (or deploy.resources.limits.pids)."
-                          : "Set `mem_limit: 3g` (or deploy.resources.limits.memory).";
+                          : "Set `mem_limit` to what the service needs (for example `mem_limit: 512m`, or deploy.resources.limits.memory).";
                 problems.push({ message: `${c.name} has no finite ${label} limit`, line: lineAt(c, ...(label === "pids" ? ["pids_limit", "deploy.resources.limits.pids"] : ["mem_limit", "deploy.resources.limits.memory"])), where: c.name, fix });
             }
             return problems;

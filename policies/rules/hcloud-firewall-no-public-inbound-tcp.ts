@@ -1,3 +1,4 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
 import { containsUnknown, unverifiable } from "../engine/finding";
@@ -8,6 +9,7 @@ export const hcloudFirewallNoPublicInboundTcp: Rule = {
     kind: "resource",
     types: [TYPES.firewall],
     id: "hcloud-firewall-no-public-inbound-tcp",
+    profiles: AIRLOCK_ONLY,
     description:
         "No Hetzner firewall rule lets TCP in from the internet (0.0.0.0/0, ::/0, or any range of /16 (IPv4) or /32 (IPv6) or wider). " +
         "Hosts are reached over the tailnet, which needs only UDP 41641.",

@@ -1,3 +1,4 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import type { Rule } from "../engine/rule";
 import { isUnknown, unverifiable } from "../engine/finding";
 import { TYPES } from "../engine/resource";
@@ -6,6 +7,7 @@ export const hcloudServersHaveFirewall: Rule = {
     kind: "resource",
     types: [TYPES.server],
     id: "hcloud-servers-have-firewall",
+    profiles: AIRLOCK_ONLY,
     description:
         "Every server is created with a firewall attached (firewallIds), so it never boots unprotected. " +
         "An id not known yet (a firewall created in the same update) counts as attached.",

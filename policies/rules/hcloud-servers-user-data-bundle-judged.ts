@@ -1,3 +1,4 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import { artifactsOf, STASH_TYPE } from "../contract";
 import { namedBundle } from "../engine/bundle";
 import { parseUserData } from "../engine/cloudInit";
@@ -18,6 +19,7 @@ function bundleOf(text: string): string | undefined {
 export const hcloudServersUserDataBundleJudged: Rule = {
     kind: "stack",
     id: "hcloud-servers-user-data-bundle-judged",
+    profiles: AIRLOCK_ONLY,
     description:
         "A server whose user_data is known installs the host code bundle the cloud-init.yaml stashed beside it names, whose files were judged " +
         "(cloud-init-named-bundle-judged); a server that names another one installs files nobody judged.",

@@ -1,3 +1,4 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import type { Rule } from "../engine/rule";
 import { isHidden } from "../engine/finding";
 import { artifactsOf } from "../contract";
@@ -6,6 +7,7 @@ import { TYPES } from "../engine/resource";
 export const hcloudServersUserDataVerifiable: Rule = {
     kind: "stack",
     id: "hcloud-servers-user-data-verifiable",
+    profiles: AIRLOCK_ONLY,
     description:
         "A server's user_data is judged where it is visible: directly, or - when it is unknown (the join key at a first preview) or " +
         "redacted as [secret] in a preview's JSON - " +

@@ -1,3 +1,4 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import { ENV_NAME, FORBIDDEN_ENV } from "../contract";
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
@@ -6,6 +7,7 @@ import { allValues } from "../engine/sshd";
 export const sshdAcceptEnvAllowlist: Rule = {
     kind: "sshd",
     id: "sshd-accept-env-allowlist",
+    profiles: AIRLOCK_ONLY,
     compares: ["envAllowlist"],
     description:
         "AcceptEnv may name only the policy's envAllowlist (policies/config.json), each exactly: no wildcards, and never a " +

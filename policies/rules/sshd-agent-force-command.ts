@@ -1,9 +1,11 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import type { Rule } from "../engine/rule";
 import { effective, userMayLogIn } from "../engine/sshd";
 
 export const sshdAgentForceCommand: Rule = {
     kind: "sshd",
     id: "sshd-agent-force-command",
+    profiles: AIRLOCK_ONLY,
     compares: ["agentUser"],
     description:
         "Every login of the agent user must run the ForceCommand wrapper, so each command lands in the sandbox container. " +

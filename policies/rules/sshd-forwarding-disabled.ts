@@ -1,3 +1,4 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
 import { firstIn, SshdConfig } from "../engine/sshd";
@@ -12,6 +13,7 @@ function valueIn(config: SshdConfig, keyword: string, block: number): string | u
 export const sshdForwardingDisabled: Rule = {
     kind: "sshd",
     id: "sshd-forwarding-disabled",
+    profiles: AIRLOCK_ONLY,
     description:
         "Forwarding must be off everywhere: `DisableForwarding yes`, or TCP, stream-local, agent and X11 forwarding each `no`, " +
         "and no Match block may turn it back on.",

@@ -1,3 +1,4 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import type { Rule } from "../engine/rule";
 import { hostOfListenAddress, isTailnetAddress, TAILNET_IPV4_PLACEHOLDER } from "../engine/net";
 import { allValues } from "../engine/sshd";
@@ -5,6 +6,7 @@ import { allValues } from "../engine/sshd";
 export const sshdListenTailnetOnly: Rule = {
     kind: "sshd",
     id: "sshd-listen-tailnet-only",
+    profiles: AIRLOCK_ONLY,
     description:
         "sshd must name its ListenAddress, and every one must be a tailnet address (100.64.0.0/10, fd7a:115c:a1e0::/48) " +
         `or ${TAILNET_IPV4_PLACEHOLDER}, which airlock-sshd-config fills at boot and refuses to fill with anything else.`,

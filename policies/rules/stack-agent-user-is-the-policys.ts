@@ -1,9 +1,11 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import { DEFAULT_AGENT_USER } from "../contract";
 import type { Rule } from "../engine/rule";
 
 export const stackAgentUserIsThePolicys: Rule = {
     kind: "stack-file",
     id: "stack-agent-user-is-the-policys",
+    profiles: AIRLOCK_ONLY,
     description:
         "The stack's agent user (airlock:agent.user, default \"agent\") is the one the policy judges: the ForceCommand and no-sudo rules " +
         "look at the policy's user, so a stack deploying another would pass them unjudged. (Judged by plan and gate; CrossGuard never sees the stack file.)",

@@ -1,3 +1,4 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
 import { findSecrets } from "../engine/secrets";
@@ -9,6 +10,7 @@ const CREDENTIAL_KEY = /(token|secret|password|passwd|api_?key|access_?key|secre
 export const stackSecretsEncrypted: Rule = {
     kind: "stack-file",
     id: "stack-secrets-encrypted",
+    profiles: AIRLOCK_ONLY,
     description:
         "A stack file holds every credential encrypted (`secure:`): a provider token in clear (hcloud:token, tailscale:apiKey, ...) " +
         "or a secret-shaped value anywhere in the config is committed with the stack. (Judged by plan and gate; CrossGuard never sees the stack file.)",

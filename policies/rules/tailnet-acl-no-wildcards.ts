@@ -1,3 +1,4 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
 import { isUnknown, unverifiable } from "../engine/finding";
@@ -45,6 +46,7 @@ export const tailnetAclNoWildcards: Rule = {
     kind: "resource",
     types: [TYPES.acl],
     id: "tailnet-acl-no-wildcards",
+    profiles: AIRLOCK_ONLY,
     description: "The tailnet policy grants nothing to or from `*` and no `*:*`-style ACL or all-ports rule: every grant names its tags and ports.",
     remediation: "Replace `*` with the exact tags and `tcp:22`-style ports (see out/<stack>/tailnet/policy.hujson).",
     check(resource) {

@@ -1,3 +1,4 @@
+import { AIRLOCK_ONLY } from "../engine/profile";
 import type { Problem } from "../engine/finding";
 import type { Rule } from "../engine/rule";
 import { isUnknown, unverifiable } from "../engine/finding";
@@ -10,6 +11,7 @@ export const tailscaleKeysSingleUse: Rule = {
     kind: "resource",
     types: [TYPES.tailnetKey],
     id: "tailscale-keys-single-use",
+    profiles: AIRLOCK_ONLY,
     description:
         "Tailnet join keys are single-use (not reusable), pre-authorized and tagged; a sandbox's key is also ephemeral, so a " +
         "destroyed sandbox leaves the tailnet. A leaked used key is then worthless.",

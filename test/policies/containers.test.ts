@@ -97,6 +97,8 @@ describe("container rules on compose", () => {
         ["agent home subdirectory", (s) => s.volumes.push("/home/agent/cache:/cache")],
         ["deploy limits instead of top-level", (s) => { delete s.pids_limit; delete s.mem_limit; s.deploy = { resources: { limits: { pids: 128, memory: "1g" } } }; }],
         ["tmpfs on /run", (s) => s.volumes.push({ type: "tmpfs", target: "/run" })],
+        // Whatever CONFIG holds, CONFIG/web is never /run or a parent of an engine socket.
+        ["a folder under a variable", (s) => s.volumes.push("${CONFIG}/web:/config:Z", "${DATA:-./data}/db:/db")],
     ])("legitimate: %s", (_, change) => {
         const service = hardenedService();
         change(service);
@@ -190,9 +192,9 @@ describe("container rules on compose", () => {
         expect(findings.some((f) => f.rule === "compose-parses" && f.unverifiable)).toBe(true);
     });
 
-    it("a bind source behind an unknown variable is unverifiable", () => {
+    it.each(["${SOCKET_DIR}/docker.sock:/d.sock", "${ROOT}/run:/r", "${ROOT}/run/user/1000:/u", "${ANYWHERE}:/x"])("a bind source behind an unknown variable that could be a socket is unverifiable: %s", (volume) => {
         const service = hardenedService();
-        service.volumes.push("${SOCKET_DIR}/docker.sock:/d.sock");
+        service.volumes.push(volume);
         const findings = compose(composeText({ shell: service }));
         expect(findings.map((f) => [f.rule, f.unverifiable])).toEqual([["containers-no-docker-socket", true]]);
     });
