@@ -26,15 +26,27 @@ export function inProject(what: string, ...parts: string[]): string {
 
 const airlockProjects = new Map<string, boolean>();
 
-/** Whether `dir` is inside an airlock project (a clone or a fork): the nearest Pulumi.yaml above it names the project airlock. */
+/**
+ * Whether `dir` is inside an airlock project (a clone or a fork): the nearest Pulumi.yaml
+ * above it names the project airlock (its stacks' keys are `airlock:`), or airlock's
+ * policy pack sits beside it (a fork that renamed its project is still judged strictly).
+ */
 export function isAirlockProject(dir: string): boolean {
     const root = projectRoot(dir);
     if (root === undefined) return false;
     let known = airlockProjects.get(root);
     if (known === undefined) {
         const text = fs.readFileSync(path.join(root, "Pulumi.yaml"), "utf8");
-        known = /^name:\s*["']?airlock["']?\s*(#.*)?$/m.test(text);
+        known = /^name:\s*["']?airlock["']?\s*(#.*)?$/m.test(text) || /^description: airlock\b/m.test(readOr(path.join(root, "policies", "PulumiPolicy.yaml")));
         airlockProjects.set(root, known);
     }
     return known;
+}
+
+function readOr(file: string): string {
+    try {
+        return fs.readFileSync(file, "utf8");
+    } catch {
+        return "";
+    }
 }

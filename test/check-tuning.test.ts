@@ -289,6 +289,10 @@ describe("airlock check --format sarif, for code scanning", () => {
         const files = { "compose.yml": plain, "sshd_config": sshdConfig };
         const other = scratchRepository(files);
         const ours = scratchRepository({ ...files, "Pulumi.yaml": "name: airlock\nruntime: nodejs\n" });
+        const renamed = scratchRepository({ ...files, "Pulumi.yaml": "name: acme-agent\nruntime: nodejs\n", "policies/PulumiPolicy.yaml": fs.readFileSync(path.join(REPO, "policies/PulumiPolicy.yaml"), "utf8") });
+        expect(JSON.parse(airlock(["check", "compose.yml", "--json"], { cwd: renamed }).stdout).profiles).toEqual({ "compose.yml": "airlock" });
+        const otherPulumi = scratchRepository({ ...files, "Pulumi.yaml": "name: website\nruntime: nodejs\n" });
+        expect(JSON.parse(airlock(["check", "compose.yml", "--json"], { cwd: otherPulumi }).stdout).profiles).toEqual({ "compose.yml": "generic" });
         const outside = airlock(["check", "compose.yml", "sshd_config", "--json"], { cwd: other });
         const generic = JSON.parse(outside.stdout);
         // Docker's own default capability is no finding in the generic profile; SYS_ADMIN is.
