@@ -86,11 +86,11 @@ describe("airlock check", () => {
     it("detects the kind, names file, line and fix, and exits 1", () => {
         const file = path.join(tempDir("check"), "compose.yml");
         fs.writeFileSync(file, "services:\n  web:\n    image: nginx:latest\n");
-        const result = airlock(["check", file, "--json"]);
+        const result = airlock(["check", "--profile", "airlock", file, "--json"]);
         expect(result.status).toBe(1);
         const report = JSON.parse(result.stdout);
         const pinned = report.findings.find((f: { rule: string }) => f.rule === "containers-images-pinned-by-digest");
-        expect(pinned).toMatchObject({ file, line: 2, where: "web" });
+        expect(pinned).toMatchObject({ file, line: 3, where: "web" });
         expect(pinned.remediation).toContain("sha256");
     });
 
