@@ -32,8 +32,10 @@ const airlockProjects = new Map<string, boolean>();
  * policy pack sits beside it (a fork that renamed its project is still judged strictly).
  */
 export function isAirlockProject(dir: string): boolean {
+    // Any project above it counts: a Pulumi.yaml of its own inside an airlock project never loosens the judgment.
     const root = projectRoot(dir);
     if (root === undefined) return false;
+    if (path.dirname(root) !== root && isAirlockProject(path.dirname(root))) return true;
     let known = airlockProjects.get(root);
     if (known === undefined) {
         const text = fs.readFileSync(path.join(root, "Pulumi.yaml"), "utf8");

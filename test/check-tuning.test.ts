@@ -321,4 +321,30 @@ describe("airlock check --format sarif, for code scanning", () => {
         expect(generic.length).toBeGreaterThan(10);
         expect(ALL_RULES.every((r) => r.profiles.includes("airlock"))).toBe(true);
     });
+
+    it("red team 23: an aliased list or merge is reported where it is used, so a suppression at its anchor in another service covers nothing; a nested Pulumi.yaml never loosens the profile", () => {
+        const repo = scratchRepository({
+            "compose.yml": [
+                "services:",
+                "  ui:",
+                "    image: portainer-ui-static",
+                "    labels: &paths",
+                "      # airlock: ignore[containers-no-docker-socket] ui only shows the socket path as a label",
+                '      - "/var/run/docker.sock:/var/run/docker.sock"',
+                "  agent:",
+                "    image: alpine",
+                "    volumes: *paths",
+                "",
+            ].join("\n"),
+            "Pulumi.yaml": "name: airlock\nruntime: nodejs\n",
+            "stacks/demo/Pulumi.yaml": "name: demo\n",
+            "stacks/demo/compose.yml": "services:\n  web:\n    image: nginx:1.27\n",
+        });
+        const result = airlock(["check", "compose.yml"], { cwd: repo });
+        expect(result.status).toBe(1);
+        expect(rulesOf(result.stdout)).toContain("compose.yml:9: containers-no-docker-socket");
+        expect(result.stdout).not.toContain("suppressed");
+        const nested = JSON.parse(airlock(["check", "stacks/demo/compose.yml", "--json"], { cwd: repo }).stdout);
+        expect(nested.profiles).toEqual({ "stacks/demo/compose.yml": "airlock" });
+    });
 });

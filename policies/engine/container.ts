@@ -364,11 +364,14 @@ export function couldCoverPath(source: string, target: string): boolean {
     if (!tail.startsWith("/")) return true;
     const fixed = tail.split("/").filter(Boolean);
     if (fixed.length === 0 || fixed.some((s) => s === ".." || s === ".")) return true;
-    const segments = target.replace(/^\/var\/run(?=\/|$)/, "/run").split("/").filter(Boolean);
+    const run = target.replace(/^\/var\/run(?=\/|$)/, "/run").split("/").filter(Boolean);
+    // /var/run is /run: a fixed part may name either.
     // In the targets `*` is a uid (/run/user/*/docker.sock).
     const same = (fixedSegment: string, targetSegment: string) => fixedSegment === targetSegment || (targetSegment === "*" && /^\d+$/.test(fixedSegment));
-    for (let end = fixed.length; end <= segments.length; end++) {
-        if (fixed.every((segment, i) => same(segment, segments[end - fixed.length + i]))) return true;
+    for (const segments of run[0] === "run" ? [run, ["var", ...run]] : [run]) {
+        for (let end = fixed.length; end <= segments.length; end++) {
+            if (fixed.every((segment, i) => same(segment, segments[end - fixed.length + i]))) return true;
+        }
     }
     return false;
 }

