@@ -54,7 +54,7 @@ describe("airlock in other projects", () => {
         const checked = run(check);
         expect(checked.stderr).not.toMatch(/airlock|Error/);
         expect(checked.status).toBe(1);
-        expect(checked.stdout).toContain("docker-compose.yml:2: containers-not-privileged: web is privileged");
+        expect(checked.stdout).toContain("docker-compose.yml:4: containers-not-privileged: web is privileged");
         // The installed package runs its packed build, not TypeScript.
         const project = path.join(root, "your-project");
         expect(fs.existsSync(path.join(project, "node_modules/airlock/dist/cli/main.js"))).toBe(true);
@@ -76,7 +76,7 @@ describe("airlock in other projects", () => {
             const env = { ...process.env, PRE_COMMIT_HOME: tempDir("pre-commit-home") };
             const failing = spawnSync("pre-commit", ["run", "--all-files"], { cwd: project, encoding: "utf8", env });
             expect(failing.status, failing.stdout + failing.stderr).toBe(1);
-            expect(failing.stdout).toContain("deploy/docker-compose.yml:2: containers-not-privileged");
+            expect(failing.stdout).toContain("deploy/docker-compose.yml:4: containers-not-privileged");
             expect(failing.stdout).not.toContain("notes.yml");
 
             const hardened = `services:\n  web:\n    image: nginx:1.27@sha256:${"ab".repeat(32)}\n    cap_drop: [ALL]\n    security_opt: [no-new-privileges:true]\n    pids_limit: 64\n    mem_limit: 256m\n`;

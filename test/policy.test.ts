@@ -75,20 +75,20 @@ describe("one policy: policies/config.json", () => {
     it("enforcement levels apply to check and gate: advisory findings are shown and do not fail; disabled ones go", () => {
         const file = path.join(tempDir("levels"), "compose.yml");
         fs.writeFileSync(file, UNPINNED);
-        const mandatory = airlock(["check", file]);
+        const mandatory = airlock(["check", "--profile", "airlock", file]);
         expect(mandatory.status).toBe(1);
         expect(mandatory.stdout).toContain("containers-images-pinned-by-digest");
 
-        const advisory = airlock(["--policy", policyFile((p) => (p["containers-images-pinned-by-digest"] = "advisory")), "check", file]);
+        const advisory = airlock(["--policy", policyFile((p) => (p["containers-images-pinned-by-digest"] = "advisory")), "check", "--profile", "airlock", file]);
         expect(advisory.status).toBe(0);
         expect(advisory.stdout).toMatch(/containers-images-pinned-by-digest \(advisory\)/);
         expect(advisory.stdout).toMatch(/^0 violations, 1 advisory$/m);
 
-        const disabled = airlock(["--policy", policyFile((p) => (p["containers-images-pinned-by-digest"] = { enforcementLevel: "disabled" })), "check", file]);
+        const disabled = airlock(["--policy", policyFile((p) => (p["containers-images-pinned-by-digest"] = { enforcementLevel: "disabled" })), "check", "--profile", "airlock", file]);
         expect(disabled.status).toBe(0);
         expect(disabled.stdout).not.toContain("containers-images-pinned-by-digest");
 
-        const allAdvisory = airlock(["--policy", policyFile((p) => (p.all = "advisory")), "check", file, "--json"]);
+        const allAdvisory = airlock(["--policy", policyFile((p) => (p.all = "advisory")), "check", "--profile", "airlock", file, "--json"]);
         expect(allAdvisory.status).toBe(0);
         expect(JSON.parse(allAdvisory.stdout)).toMatchObject({ violations: 0 });
     });

@@ -72,7 +72,7 @@ describe("check: kinds, empty files, several files, locations, fixes", () => {
         const written = fs.readdirSync(out, { recursive: true }).map(String);
         const judged = written.filter((f) => /(^|\/)(preview\.json|cloud-init\.yaml|compose\.yml\.in|sshd_config\.in)$/.test(f));
         expect(judged.length).toBe(7);
-        const result = airlock(["check", ...judged.map((f) => path.join(out, f))]);
+        const result = airlock(["check", "--profile", "airlock", ...judged.map((f) => path.join(out, f))]);
         expect(result.stderr).toBe("");
         expect(result.stdout).toBe("clean\n");
         expect(result.status).toBe(0);
@@ -97,7 +97,7 @@ describe("check: kinds, empty files, several files, locations, fixes", () => {
     it.each(["compose", "sshd", "cloud-init", "preview"])("an empty file is unverifiable as %s (exit 1), never clean", (kind) => {
         const file = path.join(tempDir("empty"), "anything");
         fs.writeFileSync(file, "\n  \n");
-        const result = airlock(["check", "--kind", kind, file]);
+        const result = airlock(["check", "--profile", "airlock", "--kind", kind, file]);
         expect(result.status).toBe(1);
         expect(result.stdout).toMatch(new RegExp(`^${file}:1: ${kind}-parses: unverifiable: ${file} is empty`));
     });
@@ -107,11 +107,11 @@ describe("check: kinds, empty files, several files, locations, fixes", () => {
         const a = path.join(dir, "a.yml");
         fs.writeFileSync(a, "services:\n  web:\n    image: nginx:1.27\n");
         const missing = path.join(dir, "missing.yml");
-        const text = airlock(["check", a, missing]);
+        const text = airlock(["check", "--profile", "airlock", a, missing]);
         expect(text.status).toBe(2);
-        expect(text.stdout).toContain(`${a}:2: containers-images-pinned-by-digest`);
+        expect(text.stdout).toContain(`${a}:3: containers-images-pinned-by-digest`);
         expect(text.stderr.trim()).toBe(`${missing}: cannot read: ENOENT`);
-        const json = airlock(["check", missing, a, "--json"]);
+        const json = airlock(["check", "--profile", "airlock", missing, a, "--json"]);
         expect(json.status).toBe(2);
         const report = JSON.parse(json.stdout);
         expect(report.findings.length).toBeGreaterThan(3);
@@ -121,7 +121,7 @@ describe("check: kinds, empty files, several files, locations, fixes", () => {
     it("a clean check says clean", () => {
         const file = path.join(tempDir("clean"), "sshd_config");
         fs.writeFileSync(file, "ListenAddress 100.100.7.1:22\nPermitRootLogin no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nDisableForwarding yes\nAllowUsers ops\n");
-        const result = airlock(["check", file]);
+        const result = airlock(["check", "--profile", "airlock", file]);
         expect(result).toMatchObject({ status: 0, stdout: "clean\n", stderr: "" });
     });
 
@@ -130,7 +130,7 @@ describe("check: kinds, empty files, several files, locations, fixes", () => {
         const userData = path.join(dir, "user-data");
         const compose = "services:\n  web:\n    image: nginx:1.27\n    ports: [\"8080:80\"]\n";
         fs.writeFileSync(userData, YAML.stringify({ write_files: [{ path: "/etc/airlock/compose.yml", content: compose }] }).replace(/^/, "#cloud-config\n"));
-        const result = airlock(["check", userData]);
+        const result = airlock(["check", "--profile", "airlock", userData]);
         expect(result.status).toBe(1);
         const lines = result.stdout.trim().split("\n").slice(0, -1);
         expect(lines.length).toBeGreaterThan(3);
@@ -154,12 +154,12 @@ describe("check: kinds, empty files, several files, locations, fixes", () => {
     it("fix hints fit the case: a published 8080:80 keeps its container port", () => {
         const file = path.join(tempDir("fix"), "compose.yml");
         fs.writeFileSync(file, 'services:\n  web:\n    image: nginx:1.27\n    ports: ["8080:80", "9000:9001/udp"]\n');
-        const findings = JSON.parse(airlock(["check", file, "--json"]).stdout).findings.filter((f: { rule: string }) => f.rule === "containers-ports-private-only");
+        const findings = JSON.parse(airlock(["check", "--profile", "airlock", file, "--json"]).stdout).findings.filter((f: { rule: string }) => f.rule === "containers-ports-private-only");
         expect(findings.map((f: { fix: string }) => f.fix)).toEqual([
             expect.stringContaining('"127.0.0.1:8080:80"'),
             expect.stringContaining('"127.0.0.1:9000:9001/udp"'),
         ]);
-        const text = airlock(["check", file]).stdout;
+        const text = airlock(["check", "--profile", "airlock", file]).stdout;
         expect(text).toContain('fix: Publish it as "127.0.0.1:8080:80"');
         expect(text).toContain("fix: Pin it: `docker buildx imagetools inspect nginx:1.27`");
     });

@@ -80,7 +80,9 @@ export function define(command: Command, cli: Cli) {
             for (const file of targets) {
                 const name = file === "-" ? STDIN_NAME : file;
                 files.push(name);
-                const profile = (profiles[name] = judgedBy(file));
+                // A preview is a plan of airlock's own resources: every rule judges it.
+                const isPreview = (opts.kind ?? (file !== "-" && /\.json$/i.test(file) ? "preview" : undefined)) === "preview";
+                const profile = (profiles[name] = isPreview ? "airlock" : judgedBy(file));
                 try {
                     const found = file === "-" ? checkStdin(opts.kind, policy) : checkFile(file, opts.kind, policy);
                     findings.push(...(only.size > 0 ? found : found.filter((f) => (f.profiles ?? profilesOf.get(f.rule) ?? PROFILES).includes(profile))));
