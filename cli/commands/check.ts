@@ -6,7 +6,7 @@ import type { Finding } from "../../policies/engine/finding";
 import { applyBaseline, BaselineLabel, fingerprints } from "../../policies/engine/suppressions";
 import { ALL_RULES } from "../../policies/policy";
 import { PROFILES, Profile } from "../../policies/engine/profile";
-import { checkFile, CheckKind, checkStdin, filesInTree } from "../check";
+import { checkFile, CheckKind, checkStdin, detectKind, filesInTree } from "../check";
 import { Cli, EXIT } from "../command";
 import { isAirlockProject } from "../project";
 import { Format, formatOf, policyOf, relativeToRepository, report, STDIN_NAME, withFormat } from "../report";
@@ -81,7 +81,7 @@ export function define(command: Command, cli: Cli) {
                 const name = file === "-" ? STDIN_NAME : file;
                 files.push(name);
                 // A preview is a plan of airlock's own resources: every rule judges it.
-                const isPreview = (opts.kind ?? (file !== "-" && /\.json$/i.test(file) ? "preview" : undefined)) === "preview";
+                const isPreview = (opts.kind ?? (file === "-" ? undefined : detectKind(file, ""))) === "preview";
                 const profile = (profiles[name] = isPreview ? "airlock" : judgedBy(file));
                 try {
                     const found = file === "-" ? checkStdin(opts.kind, policy) : checkFile(file, opts.kind, policy);

@@ -56,10 +56,12 @@ export function logicalLines(text: string): string[] {
  * `<(curl ...)`, `"$(curl ...)"` or backticks (also through eval, source and `.`).
  */
 export function downloadsAndRuns(line: string): boolean {
-    // The shell removes quotes and backslashes before it finds a program: `c"ur"l ... | s'h'` is curl | sh.
-    const dequoted = line.replace(/["'\\]/g, "");
-    return readsAsDownloadAndRun(line) || (dequoted !== line && readsAsDownloadAndRun(dequoted));
+    const plain = dequoted(line);
+    return readsAsDownloadAndRun(line) || (plain !== line && readsAsDownloadAndRun(plain));
 }
+
+/** Text with quotes and backslashes removed, as the shell removes them before it finds a program: `c"ur"l ... | s'h'` is curl | sh. */
+export const dequoted = (text: string) => text.replace(/["'\\]/g, "");
 
 function readsAsDownloadAndRun(line: string): boolean {
     if (!DOWNLOADER.test(line)) return false;

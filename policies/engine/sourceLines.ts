@@ -28,11 +28,10 @@ export function linesOfNode(node: unknown, line: number | undefined, doc: YAML.D
     // What an alias brings in is reported where it is used, never at its anchor: the anchor may
     // sit in another service, and a suppression there must not cover this one.
     if (YAML.isAlias(node)) return relocateLines(linesOfNode(node.resolve(doc), line, doc, counter, depth + 1), line);
-    const target = node;
-    if (YAML.isMap(target)) {
+    if (YAML.isMap(node)) {
         const keys: Record<string, LineTree> = {};
         const merges: { source: unknown; line: number | undefined }[] = [];
-        for (const pair of target.items) {
+        for (const pair of node.items) {
             if (isMergeKey(pair.key)) {
                 const value = YAML.isAlias(pair.value) ? pair.value.resolve(doc) : pair.value;
                 for (const source of YAML.isSeq(value) ? value.items : [value]) merges.push({ source, line: at(pair.key) });
@@ -47,8 +46,8 @@ export function linesOfNode(node: unknown, line: number | undefined, doc: YAML.D
             for (const [name, sub] of Object.entries(merged)) keys[name] ??= sub;
         }
         tree.keys = keys;
-    } else if (YAML.isSeq(target)) {
-        tree.items = target.items.map((item) => linesOfNode(item, at(item), doc, counter, depth + 1));
+    } else if (YAML.isSeq(node)) {
+        tree.items = node.items.map((item) => linesOfNode(item, at(item), doc, counter, depth + 1));
     }
     return tree;
 }
@@ -68,7 +67,7 @@ export function mergeLines(base: Record<string, unknown>, override: Record<strin
         const inherited = baseTree.keys?.[key] ?? {};
         if (replaced.has(key) || old === undefined) keys[key] = own;
         else if (Array.isArray(old) && Array.isArray(value)) keys[key] = { line: own.line, items: [...(inherited.items ?? old.map(() => ({}))), ...(own.items ?? [])] };
-        else if (isMapping(old) && isMapping(value)) keys[key] = { line: own.line, ...mergeLines(old, value, inherited, own, new Set()) };
+        else if (isMapping(old) && isMapping(value)) keys[key] = mergeLines(old, value, inherited, own, new Set());
         else keys[key] = own;
     }
     return { line: overrideTree.line ?? baseTree.line, keys };

@@ -1,7 +1,7 @@
 import { GENERIC } from "../engine/profile";
 import type { Rule } from "../engine/rule";
 import { lineOfLeaf, stringLeaves } from "../engine/cloudInit";
-import { downloadsAndRuns, logicalLines } from "../engine/shell";
+import { dequoted, downloadsAndRuns, logicalLines } from "../engine/shell";
 
 export const cloudInitNoPipeToShell: Rule = {
     kind: "cloud-init",
@@ -13,6 +13,6 @@ export const cloudInitNoPipeToShell: Rule = {
     remediation: "Install from a signed package repository, or download to a file, verify its checksum or signature, then run it.",
     check: (doc) =>
         stringLeaves(doc)
-            .filter((leaf) => /curl|wget|fetch|aria2c|http|GET/.test(leaf.value.replace(/["'\\]/g, "")) && logicalLines(leaf.value).some(downloadsAndRuns))
+            .filter((leaf) => /curl|wget|fetch|aria2c|http|GET/.test(dequoted(leaf.value)) && logicalLines(leaf.value).some(downloadsAndRuns))
             .map((leaf) => ({ message: `download piped into a shell in ${leaf.path}`, where: leaf.path, line: lineOfLeaf(doc, leaf.path) })),
 };
